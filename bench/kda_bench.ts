@@ -1,0 +1,98 @@
+// deno task bench: the KDA op's forward + backward on each arm, side by side, and the cpu arm's
+// scaling in T. Inputs are drawn once per shape, outside the timed region.
+
+import { type KdaInputs, KdaModule, kdaVjp } from "../mod.ts";
+import { mulberry32, normal } from "../kda/_random.ts";
+import { gpuStatus } from "../kda/gpu.ts";
+
+function inputs(B: number, T: number, H: number, K: number, V: number, f32 = false): KdaInputs {
+  const gauss = normal(mulberry32(1234));
+  const uni = mulberry32(99);
+  const make = (n: number, f: () => number) => {
+    const a = f32 ? new Float32Array(n) : new Float64Array(n);
+    for (let i = 0; i < n; i++) a[i] = f();
+    return a;
+  };
+  const k = make(B * T * H * K, gauss);
+  for (let r = 0; r < B * T * H; r++) {
+    let s = 0;
+    for (let d = 0; d < K; d++) s += k[r * K + d] ** 2;
+    for (let d = 0; d < K; d++) k[r * K + d] /= Math.sqrt(s);
+  }
+  return {
+    B,
+    T,
+    H,
+    K,
+    V,
+    q: make(B * T * H * K, gauss),
+    k,
+    v: make(B * T * H * V, gauss),
+    g: make(B * T * H * K, () => Math.log(0.9) * uni()),
+    beta: make(B * T * H, uni),
+  };
+}
+
+const dout = (x: KdaInputs) => {
+  const n = x.B * x.T * x.H * x.V;
+  const a = x.q instanceof Float32Array ? new Float32Array(n) : new Float64Array(n);
+  for (let i = 0; i < n; i++) a[i] = Math.sin(i);
+  return a;
+};
+
+const trainer = inputs(2, 256, 2, 32, 32);
+const trainerDout = dout(trainer);
+const gpu = await gpuStatus();
+
+Deno.bench({
+  name: "ops arm (tape recurrence), f64",
+  group: "kdaVjp at the trainer shape B=2 T=256 H=2 K=V=32 chunk 16",
+  baseline: true,
+  async fn() {
+    await kdaVjp(trainer, { dout: trainerDout }, { arm: "ops" });
+  },
+});
+Deno.bench({
+  name: "cpu arm (chunked, hand-written backward), f64",
+  group: "kdaVjp at the trainer shape B=2 T=256 H=2 K=V=32 chunk 16",
+  async fn() {
+    await kdaVjp(trainer, { dout: trainerDout }, { arm: "cpu", chunkSize: 16 });
+  },
+});
+const trainer32 = inputs(2, 256, 2, 32, 32, true);
+const trainer32Dout = dout(trainer32);
+Deno.bench({
+  name: "gpu arm (WGSL), f32",
+  group: "kdaVjp at the trainer shape B=2 T=256 H=2 K=V=32 chunk 16",
+  ignore: !gpu.available,
+  async fn() {
+    await kdaVjp(trainer32, { dout: trainer32Dout }, { arm: "gpu", chunkSize: 16, strict: true });
+  },
+});
+
+for (const T of [256, 1024, 4096]) {
+  const x = inputs(2, T, 2, 32, 32);
+  const d = dout(x);
+  Deno.bench({
+    name: `cpu arm T=${T}`,
+    group: "cpu arm kdaVjp scaling in T (B=2 H=2 K=V=32 chunk 16)",
+    baseline: T === 256,
+    async fn() {
+      await kdaVjp(x, { dout: d }, { arm: "cpu", chunkSize: 16 });
+    },
+  });
+}
+
+const layer = new KdaModule();
+const layerX = Float64Array.from({ length: 2 * 256 * 64 }, (_, i) => Math.sin(0.37 * i));
+const layerDy = Float64Array.from({ length: 2 * 256 * 64 }, (_, i) => Math.cos(0.11 * i));
+for (const arm of ["ops", "cpu"] as const) {
+  Deno.bench({
+    name: `KdaModule.vjp on the ${arm} arm, f64`,
+    group: "KdaModule.vjp at the trainer shape [2, 256, 64]",
+    baseline: arm === "ops",
+    async fn() {
+      await layer.vjp(layerX, [2, 256], layerDy, { arm });
+    },
+  });
+}

@@ -1,0 +1,163 @@
+// How numbers are compared (DESIGN.md 4): one agreement metric for tensors, and central
+// differences whose step and resolution floor are derived from the loss, not guessed.
+
+/** The agreement of `a` with a reference `b`. */
+export interface Agreement {
+  /** `max|a − b| / max|b|`; NaN when either holds NaN, Infinity when `b` is all zeros but `a` is not. */
+  rel: number;
+  /** `max|a − b|`. */
+  absDiff: number;
+  /** `max|b|`. */
+  refMax: number;
+}
+
+/**
+ * `max|a − b| / max|b|`, with both parts kept so a ratio of 0 cannot hide a comparison that never
+ * ran. Any NaN in either array makes `rel` NaN, so a check written `!(rel <= tol)` fails.
+ *
+ * @param a The values under test.
+ * @param b The reference.
+ * @returns The ratio, the absolute difference and the reference's magnitude.
+ */
+export function agreement(a: ArrayLike<number>, b: ArrayLike<number>): Agreement {
+  if (a.length !== b.length) {
+    throw new RangeError(
+      `Compared arrays must have equal lengths: got ${a.length} and ${b.length}`,
+    );
+  }
+  let absDiff = 0, refMax = 0, nan = false;
+  for (let i = 0; i < a.length; i++) {
+    const d = Math.abs(a[i] - b[i]);
+    if (Number.isNaN(d)) nan = true;
+    else if (d > absDiff) absDiff = d;
+    const m = Math.abs(b[i]);
+    if (m > refMax) refMax = m;
+  }
+  if (nan) return { rel: NaN, absDiff: NaN, refMax };
+  const rel = refMax === 0 ? (absDiff === 0 ? 0 : Infinity) : absDiff / refMax;
+  return { rel, absDiff, refMax };
+}
+
+/**
+ * Formats an agreement as `rel (abs …, ref …)`.
+ *
+ * @param x The agreement.
+ * @returns One short line.
+ */
+export function formatAgreement(x: Agreement): string {
+  return `${x.rel.toExponential(2)} (abs ${x.absDiff.toExponential(2)}, ref ${
+    x.refMax.toExponential(2)
+  })`;
+}
+
+/** Machine epsilon of a dtype. */
+export function epsilonOf(dtype: "f64" | "f32"): number {
+  return dtype === "f64" ? Number.EPSILON : 2 ** -23;
+}
+
+/**
+ * The central-difference step `h* = (3·eps·|L| / |g|max)^(1/3)`, which balances the truncation
+ * error of the difference against the rounding error of the loss, clamped to `maxFraction` of the
+ * parameter's RMS so the probe stays local.
+ *
+ * @param eps Machine epsilon of the loss.
+ * @param lossScale The loss's magnitude |L|.
+ * @param gradMax The group's `max|grad|`.
+ * @param paramRms The group's RMS value.
+ * @param maxFraction The clamp, as a fraction of `paramRms`.
+ * @returns The step.
+ */
+export function derivedStep(
+  eps: number,
+  lossScale: number,
+  gradMax: number,
+  paramRms: number,
+  maxFraction = 0.1,
+): number {
+  const h = Math.cbrt(3 * eps * lossScale / gradMax);
+  return paramRms > 0 ? Math.min(h, maxFraction * paramRms) : h;
+}
+
+/**
+ * The smallest derivative a central difference with step `h` can resolve: the loss's rounding
+ * error, with a safety factor of 32, divided by the step.
+ *
+ * @param eps Machine epsilon of the loss.
+ * @param lossScale The loss's magnitude |L|.
+ * @param h The step.
+ * @returns The floor.
+ */
+export function resolvableFloor(eps: number, lossScale: number, h: number): number {
+  return 32 * eps * lossScale / h;
+}
+
+/** The result of probing one coordinate at steps h and h/10. */
+export interface CoordinateProbe {
+  /** Flat index into the group. */
+  index: number;
+  /** The gradient under test at that index. */
+  grad: number;
+  /** Central differences at h and h/10. */
+  fd: [number, number];
+  /** Floors at h and h/10. */
+  floor: [number, number];
+  /** `min(rel(h), rel(h/10))` over the steps whose floor the derivative clears; NaN if none. */
+  rel: number;
+  /** Whether `|grad|` clears the floor at one step at least. */
+  resolved: boolean;
+}
+
+/**
+ * Probes one coordinate by central differences at `h` and `h/10`, judging only steps whose floor
+ * the derivative clears. `rel(h) = |fd(h) − g| / |g|`.
+ *
+ * @param lossAt Evaluates the loss with the coordinate moved by `delta` (and restores it).
+ * @param grad The gradient under test at the coordinate.
+ * @param h The step.
+ * @param eps Machine epsilon of the loss.
+ * @param lossScale The loss's magnitude.
+ * @returns The probe.
+ */
+export async function probeCoordinate(
+  lossAt: (delta: number) => Promise<number>,
+  grad: number,
+  index: number,
+  h: number,
+  eps: number,
+  lossScale: number,
+): Promise<CoordinateProbe> {
+  const fd: [number, number] = [0, 0];
+  const floor: [number, number] = [0, 0];
+  let rel = NaN, resolved = false;
+  for (const [i, step] of [h, h / 10].entries()) {
+    const plus = await lossAt(step);
+    const minus = await lossAt(-step);
+    fd[i] = (plus - minus) / (2 * step);
+    floor[i] = resolvableFloor(eps, lossScale, step);
+    if (Math.abs(grad) >= floor[i]) {
+      resolved = true;
+      const r = Math.abs(fd[i] - grad) / Math.abs(grad);
+      rel = Number.isNaN(rel) ? r : Math.min(rel, r);
+    }
+  }
+  return { index, grad, fd, floor, rel, resolved };
+}
+
+/**
+ * The coordinates to probe in a group: the argmax of `|grad|`, and the first and the last
+ * coordinate in flat order whose `|grad|` is at least a quarter of the maximum. The two are spread
+ * over the tensor, and each is large enough that the loss's rounding noise (which is the same for
+ * every coordinate) stays small against it, so a relative error of 1e-6 is measurable there.
+ *
+ * @param grad The group's gradient.
+ * @returns One to three distinct flat indices.
+ */
+export function probeIndices(grad: ArrayLike<number>): number[] {
+  let top = 0;
+  for (let i = 1; i < grad.length; i++) if (Math.abs(grad[i]) > Math.abs(grad[top])) top = i;
+  const large = (i: number) => Math.abs(grad[i]) >= Math.abs(grad[top]) / 4;
+  let first = 0, last = grad.length - 1;
+  while (!large(first)) first++;
+  while (!large(last)) last--;
+  return [...new Set([top, first, last])];
+}

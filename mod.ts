@@ -1,0 +1,47 @@
+/**
+ * Kimi Delta Attention (KDA) for Deno: a gated delta-rule linear attention with chunked kernels in
+ * WGSL on WebGPU, a chunked CPU twin, an exact f64 reference built on a reverse-mode autodiff tape,
+ * and one seam that picks the arm and counts what ran.
+ *
+ * @example Usage
+ * ```ts
+ * import { kda, kdaVjp } from "@deltanet/kda";
+ * const [B, T, H, K, V] = [1, 8, 1, 4, 4];
+ * const inputs = {
+ *   B, T, H, K, V,
+ *   q: new Float64Array(B * T * H * K).fill(0.5),
+ *   k: new Float64Array(B * T * H * K).fill(0.5),
+ *   v: new Float64Array(B * T * H * V).fill(1),
+ *   g: new Float64Array(B * T * H * K).fill(-0.1),
+ *   beta: new Float64Array(B * T * H).fill(0.5),
+ * };
+ * const { o, ht } = await kda(inputs, { arm: "cpu" });
+ * const { dq, dk, dv, dg, dbeta, dh0 } = await kdaVjp(inputs, { dout: o }, { arm: "cpu" });
+ * ```
+ *
+ * @module
+ */
+
+export type { Arm, ChunkSize } from "./kda/_types.ts";
+export { DEFAULT_CONFIG, type KdaConfig } from "./kda/config.ts";
+export {
+  kda,
+  type KdaCotangents,
+  type KdaGrads,
+  type KdaInputs,
+  type KdaOptions,
+  type KdaOutputs,
+  kdaVjp,
+} from "./kda/op.ts";
+export { KdaModule, type KdaModuleRunOptions, parameterNames } from "./kda/module.ts";
+export type { KdaDims, KdaTensors } from "./kda/recurrent.ts";
+export {
+  dispatchKda,
+  resetSeamCounts,
+  type SeamCounts,
+  seamCounts,
+  type SeamDecision,
+  seamDecisions,
+  type SeamOptions,
+} from "./seam/seam.ts";
+export { type Tensor } from "./tape/mod.ts";

@@ -1,0 +1,233 @@
+// The reverse-mode tape: a Wengert list of nodes in creation order, so walking it backwards is a
+// valid topological order without any graph search.
+
+import { alloc, type Data, describe, type DType, dtypeOf, Tensor } from "./tensor.ts";
+
+/** A value or a promise of it: custom nodes (the GPU) may compute their VJP asynchronously. */
+export type MaybePromise<T> = T | Promise<T>;
+
+/**
+ * A recorded op: its inputs, its outputs and the vector-Jacobian product that maps the outputs'
+ * cotangents (null where none arrived) to the inputs' (null where the input gets none).
+ */
+export interface TapeNode {
+  /** The op's name, for error messages and counters. */
+  readonly name: string;
+  /** The op's inputs, in order. */
+  readonly inputs: readonly (Tensor | undefined)[];
+  /** The op's outputs, in order. */
+  readonly outputs: readonly Tensor[];
+  /** Maps output cotangents to input cotangents. */
+  vjp(cotangents: readonly (Data | null)[]): MaybePromise<readonly (Data | null)[]>;
+  /** Frees what the node holds (device buffers) when the tape is disposed. */
+  dispose?(): void;
+}
+
+/** Leaf gradients, keyed by the variable tensor. */
+export type Gradients = Map<Tensor, Data>;
+
+/**
+ * A reverse-mode autodiff tape. Make variables on it, apply ops (they record themselves when any
+ * input requires a gradient), then call `backward` once with the output's cotangent.
+ *
+ * @example Usage
+ * ```ts
+ * import { mul, sum, Tape } from "@deltanet/kda/tape";
+ * const tape = new Tape("f64");
+ * const x = tape.variable(new Float64Array([1, 2, 3]), [3]);
+ * const y = sum(mul(x, x), 0);
+ * const grads = await tape.backward(y);
+ * grads.get(x); // Float64Array [2, 4, 6]
+ * ```
+ */
+export class Tape {
+  /** The one element type every tensor on this tape has. */
+  readonly dtype: DType;
+  readonly #nodes: TapeNode[] = [];
+  readonly #variables = new Set<Tensor>();
+  #disposed = false;
+
+  /**
+   * Makes an empty tape.
+   *
+   * @param dtype The element type of every tensor recorded on it.
+   */
+  constructor(dtype: DType) {
+    if (dtype !== "f64" && dtype !== "f32") {
+      throw new TypeError(`Tape dtype must be "f64" or "f32": got ${String(dtype)}`);
+    }
+    this.dtype = dtype;
+  }
+
+  /** The number of recorded nodes. */
+  get size(): number {
+    return this.#nodes.length;
+  }
+
+  /**
+   * Makes a leaf that requires a gradient.
+   *
+   * @param data The values (not copied), or a tensor whose values to share.
+   * @param shape The dimensions; defaults to the tensor's shape, or `[data.length]`.
+   * @returns A variable tensor on this tape.
+   */
+  variable(data: Data | Tensor, shape?: readonly number[]): Tensor {
+    const values = data instanceof Tensor ? data.data : data;
+    this.#checkDtype(values, "data");
+    const t = new Tensor(
+      values,
+      shape ?? (data instanceof Tensor ? data.shape : [values.length]),
+      this,
+    );
+    this.#variables.add(t);
+    return t;
+  }
+
+  /**
+   * Records a node; used by ops and custom nodes. Its outputs must have been made on this tape.
+   *
+   * @param node The node to record.
+   */
+  record(node: TapeNode): void {
+    if (this.#disposed) throw new Error("Cannot record on a disposed tape");
+    this.#nodes.push(node);
+  }
+
+  /**
+   * Makes the outputs of a node on this tape (tensors that require a gradient).
+   *
+   * @param data The values.
+   * @param shape The dimensions.
+   * @returns A tensor that gradients flow through.
+   */
+  output(data: Data, shape: readonly number[]): Tensor {
+    this.#checkDtype(data, "data");
+    return new Tensor(data, shape, this);
+  }
+
+  /**
+   * Runs the reverse pass from `y` and returns the gradient of every variable that `y` depends
+   * on. Intermediate cotangents are dropped as soon as they are consumed.
+   *
+   * @param y The output to differentiate; must be on this tape.
+   * @param dy Its cotangent, `y.size` values; defaults to ones.
+   * @returns The gradients of the variables, keyed by the variable tensor.
+   */
+  backward(y: Tensor, dy?: Data): Promise<Gradients> {
+    return this.backwardFrom([{ output: y, cotangent: dy ?? alloc(this.dtype, y.size).fill(1) }]);
+  }
+
+  /**
+   * Runs the reverse pass from several outputs at once, each with its cotangent.
+   *
+   * @param seeds The outputs (on this tape) and their cotangents (`output.size` values each).
+   * @returns The gradients of the variables, keyed by the variable tensor.
+   */
+  async backwardFrom(
+    seeds: readonly { output: Tensor; cotangent: Data }[],
+  ): Promise<Gradients> {
+    if (this.#disposed) throw new Error("Cannot run backward on a disposed tape");
+    for (const [i, { output, cotangent }] of seeds.entries()) {
+      if (!(output instanceof Tensor) || output.tape !== this) {
+        throw new TypeError(
+          `Backward output ${i} must be a tensor recorded on this tape: got one that is not`,
+        );
+      }
+      this.#checkDtype(cotangent, `Cotangent ${i}`);
+      if (cotangent.length !== output.size) {
+        throw new RangeError(
+          `Cotangent ${i} must have ${output.size} elements: got ${cotangent.length}`,
+        );
+      }
+    }
+    const grads = new Map<Tensor, Data>();
+    const owned = new Set<Data>();
+    const accumulate = (t: Tensor, g: Data) => {
+      if (g.length !== t.size) {
+        throw new RangeError(
+          `VJP returned a cotangent of ${g.length} elements for a tensor of ${t.size}`,
+        );
+      }
+      const prev = grads.get(t);
+      if (prev === undefined) {
+        // A VJP may hand one array to several inputs (a custom node returning [g, g]): once
+        // shared it is no longer ours to add into in place.
+        owned.delete(g);
+        grads.set(t, g);
+        return;
+      }
+      // The first cotangent may be shared with another tensor (reshape passes its own through):
+      // copy once, then add in place.
+      let sum = prev;
+      if (!owned.has(prev)) {
+        sum = prev.slice();
+        owned.add(sum);
+        grads.set(t, sum);
+      }
+      for (let i = 0; i < g.length; i++) sum[i] += g[i];
+    };
+    for (const { output, cotangent } of seeds) accumulate(output, cotangent);
+    for (let n = this.#nodes.length - 1; n >= 0; n--) {
+      const node = this.#nodes[n];
+      const gys = node.outputs.map((o) => grads.get(o) ?? null);
+      if (gys.every((g) => g === null)) continue;
+      for (const o of node.outputs) {
+        if (!this.#variables.has(o)) grads.delete(o);
+      }
+      const gxs = await node.vjp(gys);
+      node.inputs.forEach((x, i) => {
+        const g = gxs[i];
+        if (x !== undefined && x.tape === this && g !== null && g !== undefined) accumulate(x, g);
+      });
+    }
+    const out: Gradients = new Map();
+    for (const v of this.#variables) {
+      const g = grads.get(v);
+      if (g !== undefined) out.set(v, g);
+    }
+    return out;
+  }
+
+  /** Releases what the recorded nodes hold (GPU buffers of custom nodes) and forgets them. */
+  dispose(): void {
+    for (const node of this.#nodes) node.dispose?.();
+    this.#nodes.length = 0;
+    this.#disposed = true;
+  }
+
+  #checkDtype(data: Data, name: string): void {
+    if (!(data instanceof Float64Array || data instanceof Float32Array)) {
+      throw new TypeError(`${name} must be a Float64Array or Float32Array: got ${describe(data)}`);
+    }
+    if (dtypeOf(data) !== this.dtype) {
+      throw new TypeError(
+        `${name} must match the tape's dtype ${this.dtype}: got ${dtypeOf(data)}`,
+      );
+    }
+  }
+}
+
+/**
+ * The tape that records an op on these inputs: the one every gradient-carrying input shares, or
+ * undefined when none requires a gradient (inference: nothing is recorded).
+ *
+ * @param inputs The op's inputs.
+ * @returns The shared tape, or undefined.
+ */
+export function tapeOf(inputs: readonly (Tensor | undefined)[]): Tape | undefined {
+  let tape: Tape | undefined;
+  let dtype: DType | undefined;
+  for (const x of inputs) {
+    if (x === undefined) continue;
+    if (dtype === undefined) dtype = x.dtype;
+    else if (x.dtype !== dtype) {
+      throw new TypeError(`Op inputs must share one dtype: expected ${dtype}, got ${x.dtype}`);
+    }
+    if (x.tape === undefined) continue;
+    if (tape === undefined) tape = x.tape;
+    else if (x.tape !== tape) {
+      throw new TypeError("Op inputs must be recorded on one tape: got tensors of two tapes");
+    }
+  }
+  return tape;
+}

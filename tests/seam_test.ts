@@ -1,0 +1,228 @@
+import assert from "node:assert/strict";
+import {
+  dispatchKda,
+  kda,
+  KdaModule,
+  kdaVjp,
+  resetSeamCounts,
+  seamCounts,
+  seamDecisions,
+} from "../mod.ts";
+import { Tensor } from "../tape/mod.ts";
+import { chunkForward } from "../kda/chunk.ts";
+import { gpuStatus } from "../kda/gpu.ts";
+import { randomKda } from "./_bptt.ts";
+
+const shape = { B: 2, T: 21, H: 2, K: 6, V: 5 };
+
+async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
+  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, Deno.env.get(k)]));
+  for (const [k, v] of Object.entries(vars)) Deno.env.set(k, v);
+  try {
+    return await fn();
+  } finally {
+    for (const [k, v] of Object.entries(before)) {
+      if (v === undefined) Deno.env.delete(k);
+      else Deno.env.set(k, v);
+    }
+  }
+}
+
+function dout(n: number): Float64Array {
+  return Float64Array.from({ length: n }, (_, i) => Math.sin(0.7 * i));
+}
+
+Deno.test("seam counts the ops arm as opsPath and builds no custom node", async () => {
+  resetSeamCounts();
+  const x = randomKda(shape, 1);
+  await kdaVjp(x, { dout: dout(2 * 21 * 2 * 5) }, { arm: "ops" });
+  assert.deepEqual(seamCounts(), {
+    asked: 1,
+    fusedFwd: 0,
+    fusedBwd: 0,
+    declined: 0,
+    opsPath: 1,
+    customNodeBwd: 0,
+  });
+  assert.deepEqual(seamDecisions(), []);
+});
+
+Deno.test("seam counts a cpu training call as fusedFwd, customNodeBwd and fusedBwd", async () => {
+  resetSeamCounts();
+  const x = randomKda(shape, 2, { withH0: true });
+  await kdaVjp(x, { dout: dout(2 * 21 * 2 * 5) }, { arm: "cpu", chunkSize: 16 });
+  assert.deepEqual(seamCounts(), {
+    asked: 1,
+    fusedFwd: 1,
+    fusedBwd: 1,
+    declined: 0,
+    opsPath: 0,
+    customNodeBwd: 1,
+  });
+});
+
+Deno.test("inference through the seam runs forward only: no node, no backward, no decline", async () => {
+  resetSeamCounts();
+  const x = randomKda(shape, 3);
+  await kda(x, { arm: "cpu" });
+  const counts = seamCounts();
+  assert.equal(counts.asked, 1);
+  assert.equal(counts.fusedFwd, 1);
+  assert.equal(counts.customNodeBwd, 0);
+  assert.equal(counts.declined, 0);
+  // A dispatch on constants hands back constants: nothing was recorded for a backward.
+  const t = (data: Float64Array, s: number[]) => new Tensor(data, s);
+  const { B, T, H, K, V } = shape;
+  const { o, ht } = await dispatchKda(
+    {
+      q: t(x.q as Float64Array, [B, T, H, K]),
+      k: t(x.k as Float64Array, [B, T, H, K]),
+      v: t(x.v as Float64Array, [B, T, H, V]),
+      g: t(x.g as Float64Array, [B, T, H, K]),
+      beta: t(x.beta as Float64Array, [B, T, H]),
+    },
+    { ...shape, scale: K ** -0.5 },
+    { arm: "cpu" },
+  );
+  assert.equal(o.requiresGrad, false);
+  assert.equal(ht.requiresGrad, false);
+});
+
+Deno.test("the custom node's forward values are exactly what the caller receives", async () => {
+  const x = randomKda(shape, 4, { withH0: true });
+  for (const chunkSize of [16, 32, 64] as const) {
+    resetSeamCounts();
+    const got = await kda(x, { arm: "cpu", chunkSize });
+    const direct = chunkForward({ ...x, scale: x.scale ?? shape.K ** -0.5 }, { chunkSize });
+    assert.deepEqual(got.o, direct.o);
+    assert.deepEqual(got.ht, direct.ht);
+    assert.equal(seamCounts().fusedFwd, 1);
+    assert.equal(seamCounts().opsPath, 0);
+  }
+});
+
+Deno.test("every call runs exactly one arm's forward: fusedFwd + opsPath equals asked", async () => {
+  resetSeamCounts();
+  const x = randomKda(shape, 5);
+  const arms = ["ops", "cpu", "cpu", "ops", "cpu"] as const;
+  for (const arm of arms) {
+    await kda(x, { arm });
+    await kdaVjp(x, { dout: dout(2 * 21 * 2 * 5) }, { arm });
+  }
+  const c = seamCounts();
+  assert.equal(c.asked, 2 * arms.length);
+  assert.equal(c.fusedFwd + c.opsPath, c.asked);
+  assert.equal(c.opsPath, 4);
+  assert.equal(c.fusedFwd, 6);
+  assert.equal(c.customNodeBwd, 3);
+  assert.equal(c.fusedBwd, 3);
+});
+
+Deno.test("asking the gpu arm for f64 work declines to cpu with the reason recorded", async () => {
+  resetSeamCounts();
+  const x = randomKda(shape, 6);
+  const viaGpu = await kda(x, { arm: "gpu" });
+  const viaCpu = await kda(x, { arm: "cpu" });
+  assert.deepEqual(viaGpu.o, viaCpu.o);
+  const c = seamCounts();
+  assert.equal(c.declined, 1);
+  const [d] = seamDecisions();
+  assert.equal(d.wanted, "gpu");
+  assert.equal(d.ran, "cpu");
+  assert.match(d.reason, /f32 only: got an f64 tape/);
+});
+
+Deno.test("strict mode turns a decline into an error naming the wanted arm and the reason", async () => {
+  const x = randomKda(shape, 7);
+  await assert.rejects(
+    () => kda(x, { arm: "gpu", strict: true }),
+    (e: Error) => /KDA arm gpu was required/.test(e.message) && /f64/.test(e.message),
+  );
+  await withEnv({ KDA_REQUIRE_ARM: "gpu" }, async () => {
+    await assert.rejects(() => kda(x), /KDA arm gpu was required but cannot run/);
+  });
+});
+
+Deno.test("a head dimension over 256 declines the cpu arm to ops with the reason", async () => {
+  resetSeamCounts();
+  const x = randomKda({ B: 1, T: 2, H: 1, K: 257, V: 2 }, 8);
+  await kda(x, { arm: "cpu" });
+  assert.equal(seamCounts().opsPath, 1);
+  const [d] = seamDecisions();
+  assert.deepEqual([d.wanted, d.ran], ["cpu", "ops"]);
+  assert.match(d.reason, /K = 257 .* at most 256/);
+});
+
+Deno.test("KDA_ARM=ops forces the ops arm and records it as a decline", async () => {
+  resetSeamCounts();
+  const x = randomKda(shape, 9);
+  await withEnv({ KDA_ARM: "ops" }, () => kda(x));
+  const c = seamCounts();
+  assert.equal(c.opsPath, 1);
+  assert.equal(c.declined, 1);
+  assert.match(seamDecisions()[0].reason, /forced by KDA_ARM=ops/);
+  await withEnv({ KDA_ARM: "fast" }, async () => {
+    await assert.rejects(() => kda(x), RangeError);
+  });
+});
+
+Deno.test("the detach switch takes only an explicit true and is recorded", async () => {
+  const layer = new KdaModule({ dModel: 8, heads: 2, keyDim: 4, valueDim: 3, decayRank: 2 });
+  const x = Float64Array.from({ length: 2 * 9 * 8 }, (_, i) => Math.cos(i));
+  const dy = Float64Array.from({ length: 2 * 9 * 8 }, (_, i) => Math.sin(i));
+  resetSeamCounts();
+  const normal = await layer.vjp(x, [2, 9], dy, { arm: "cpu" });
+  assert.deepEqual(seamDecisions(), []);
+  const detached = await layer.vjp(x, [2, 9], dy, { arm: "cpu", detachKdaOutputs: true });
+  assert.deepEqual(detached.y, normal.y);
+  const decisions = seamDecisions();
+  assert.equal(decisions.length, 1);
+  assert.match(decisions[0].reason, /detached on request/);
+  for (const [name, grad] of detached.grads) {
+    const downstream = ["o_norm_w", "o_gate.weight", "o_proj.weight"].includes(name);
+    const zero = grad.every((v) => v === 0);
+    assert.equal(zero, !downstream, `${name}: zero gradient ${zero}`);
+  }
+  // Truthy look-alikes do not enable it.
+  const loose = await layer.vjp(x, [2, 9], dy, {
+    arm: "cpu",
+    detachKdaOutputs: "yes" as unknown as boolean,
+  });
+  assert.deepEqual(loose.grads, normal.grads);
+  await assert.rejects(
+    () => layer.vjp(x, [2, 9], dy, { arm: "ops", detachKdaOutputs: true }),
+    TypeError,
+  );
+});
+
+const status = await gpuStatus();
+const requireGpu = Deno.env.get("KDA_REQUIRE_GPU") === "1";
+
+Deno.test({
+  name:
+    "with an adapter, an f32 training step of KdaModule runs the gpu node and never the ops path",
+  ignore: !status.available && !requireGpu,
+  async fn() {
+    if (!status.available) throw new Error(`KDA_REQUIRE_GPU=1 but no adapter: ${status.reason}`);
+    const layer = new KdaModule({}, { dtype: "f32" });
+    const n = 2 * 64 * 64;
+    const x = Float32Array.from({ length: n }, (_, i) => Math.sin(0.01 * i));
+    const dy = Float32Array.from({ length: n }, (_, i) => Math.cos(0.02 * i));
+    resetSeamCounts();
+    const { grads } = await layer.vjp(x, [2, 64], dy);
+    const c = seamCounts();
+    assert.deepEqual(
+      { fusedFwd: c.fusedFwd, customNodeBwd: c.customNodeBwd, fusedBwd: c.fusedBwd },
+      { fusedFwd: 1, customNodeBwd: 1, fusedBwd: 1 },
+    );
+    assert.equal(c.opsPath, 0);
+    assert.equal(c.declined, 0, JSON.stringify(seamDecisions()));
+    for (const [name, g] of grads) {
+      assert.ok(g.some((v) => v !== 0), `${name} has a zero gradient`);
+    }
+  },
+});
+
+if (!status.available) {
+  console.log(`gpu seam test ${requireGpu ? "required" : "skipped"}: ${status.reason}`);
+}

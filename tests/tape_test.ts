@@ -1,0 +1,871 @@
+// Gradient checks for every tape op against central differences, plus the tape's semantics.
+
+import assert from "node:assert/strict";
+import {
+  add,
+  causalConv,
+  concat,
+  constant,
+  customNode,
+  type Data,
+  div,
+  exp,
+  l2norm,
+  linear,
+  log,
+  matmul,
+  mul,
+  reshape,
+  rmsnorm,
+  rsqrt,
+  scale,
+  sigmoid,
+  silu,
+  sizeOf,
+  slice,
+  softplus,
+  sqrt,
+  stack,
+  sub,
+  sum,
+  Tape,
+  Tensor,
+  transpose,
+  unstack,
+} from "../tape/mod.ts";
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/** A tiny seeded RNG: uniform in [0, 1). */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Where an input's random values lie. */
+type Domain = "real" | "wide" | "positive" | "awayFromZero";
+
+function randomData(rng: () => number, n: number, domain: Domain): Float64Array {
+  const out = new Float64Array(n);
+  for (let i = 0; i < n; i++) {
+    const u = rng();
+    switch (domain) {
+      case "real":
+        out[i] = 2 * u - 1;
+        break;
+      case "wide":
+        out[i] = 12 * u - 6;
+        break;
+      case "positive":
+        out[i] = 0.5 + 1.5 * u;
+        break;
+      case "awayFromZero":
+        out[i] = (rng() < 0.5 ? -1 : 1) * (0.5 + 1.5 * u);
+        break;
+    }
+  }
+  return out;
+}
+
+interface Spec {
+  shape: number[];
+  domain?: Domain;
+  /** A plain tensor that requires no gradient. */
+  constant?: boolean;
+}
+
+type Op = (xs: Tensor[]) => Tensor | Tensor[];
+
+const asArray = (y: Tensor | Tensor[]): Tensor[] => Array.isArray(y) ? y : [y];
+
+interface Err {
+  ratio: number;
+  maxDiff: number;
+  maxRef: number;
+}
+
+/** `max|a−b| / max|b|` over the whole arrays. */
+function relErr(a: ArrayLike<number>, b: ArrayLike<number>): Err {
+  assert.equal(a.length, b.length, "compared arrays must have equal lengths");
+  let maxDiff = 0, maxRef = 0;
+  for (let i = 0; i < a.length; i++) {
+    const d = Math.abs(a[i] - b[i]);
+    // NaN poisons the maximum so that it fails the check below.
+    maxDiff = d > maxDiff || Number.isNaN(d) ? d : maxDiff;
+    maxRef = Math.max(maxRef, Math.abs(b[i]));
+  }
+  return { ratio: maxDiff / maxRef, maxDiff, maxRef };
+}
+
+let worst = { ratio: 0, where: "none" };
+
+function expectClose(where: string, a: ArrayLike<number>, b: ArrayLike<number>, tol: number) {
+  const { ratio, maxDiff, maxRef } = relErr(a, b);
+  if (!(ratio <= tol)) {
+    throw new Error(
+      `${where}: max|a-b|/max|b| = ${ratio} > ${tol} (max|a-b| = ${maxDiff}, max|b| = ${maxRef})`,
+    );
+  }
+  if (tol <= 1e-8 && ratio > worst.ratio) worst = { ratio, where };
+}
+
+/** Σ y ⊙ r, recorded on the tape (for ops with several outputs). */
+function dotOnTape(ys: Tensor[], rs: Float64Array[]): Tensor {
+  const terms = ys.map((y, j) => sum(reshape(mul(y, new Tensor(rs[j], y.shape)), [y.size]), 0));
+  return terms.reduce((s, t) => add(s, t));
+}
+
+const FD_TOL = 1e-8;
+
+/**
+ * Checks the tape gradient of L = Σ op(inputs) ⊙ r, r fixed and random, against central
+ * differences of L for every input that requires a gradient.
+ */
+async function gradCheck(where: string, op: Op, specs: Spec[], seed = 1): Promise<void> {
+  const rng = mulberry32(seed);
+  const values = specs.map((s) => randomData(rng, sizeOf(s.shape), s.domain ?? "real"));
+  const plain = () => values.map((v, i) => new Tensor(v, specs[i].shape));
+  const probe = asArray(op(plain()));
+  const rs = probe.map((y) => randomData(rng, y.size, "real"));
+  const loss = () => {
+    let s = 0;
+    asArray(op(plain())).forEach((y, j) => {
+      assert.equal(y.requiresGrad, false);
+      for (let i = 0; i < y.size; i++) s += y.data[i] * rs[j][i];
+    });
+    return s;
+  };
+
+  const tape = new Tape("f64");
+  const xs = values.map((v, i) =>
+    specs[i].constant
+      ? new Tensor(v.slice(), specs[i].shape)
+      : tape.variable(v.slice(), specs[i].shape)
+  );
+  const out = op(xs);
+  const grads = Array.isArray(out)
+    ? await tape.backward(dotOnTape(out, rs))
+    : await tape.backward(out, rs[0].slice());
+
+  // The tape's forward agrees with the plain one.
+  asArray(out).forEach((y, j) => assert.deepEqual(y.data, probe[j].data));
+
+  xs.forEach((x, i) => {
+    if (specs[i].constant) {
+      assert.equal(grads.has(x), false, `${where}: constant input ${i} got a gradient`);
+      return;
+    }
+    const g = grads.get(x);
+    assert.ok(g instanceof Float64Array, `${where}: input ${i} got no f64 gradient`);
+    assert.equal(g.length, x.size);
+    const fd = new Float64Array(x.size);
+    const v = values[i];
+    for (let k = 0; k < v.length; k++) {
+      const x0 = v[k];
+      const h = 1e-5 * Math.max(1, Math.abs(x0));
+      const xp = x0 + h, xm = x0 - h;
+      v[k] = xp;
+      const lp = loss();
+      v[k] = xm;
+      const lm = loss();
+      v[k] = x0;
+      fd[k] = (lp - lm) / (xp - xm);
+    }
+    expectClose(`${where}, input ${i} [${specs[i].shape.join(", ")}]`, g, fd, FD_TOL);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise binary ops with broadcasting
+
+const BINARY = { add, sub, mul, div } as const;
+
+const BROADCAST_CASES: [number[], number[]][] = [
+  [[2, 3], [2, 3]],
+  [[2, 3], [3]],
+  [[3], [2, 3]],
+  [[2, 3], [2, 1]],
+  [[2, 1, 4], [3, 1]],
+  [[3, 1], [2, 1, 4]],
+  [[2, 3], [1]],
+  [[1], [2, 3]],
+  [[2, 3], []],
+  [[1, 3], [2, 1]],
+];
+
+for (const [name, fn] of Object.entries(BINARY)) {
+  const bDomain: Domain = name === "div" ? "awayFromZero" : "real";
+  Deno.test(`${name}() VJP matches central differences with broadcasting, both operands requiring grad`, async () => {
+    let seed = 10;
+    for (const [sa, sb] of BROADCAST_CASES) {
+      await gradCheck(
+        `${name}([${sa}], [${sb}])`,
+        ([a, b]) => fn(a, b),
+        [{ shape: sa }, { shape: sb, domain: bDomain }],
+        seed++,
+      );
+    }
+  });
+
+  Deno.test(`${name}() VJP matches central differences when one operand is a constant`, async () => {
+    await gradCheck(`${name}(var, const)`, ([a, b]) => fn(a, b), [
+      { shape: [2, 3] },
+      { shape: [3], domain: bDomain, constant: true },
+    ], 3);
+    await gradCheck(`${name}(const, var)`, ([a, b]) => fn(a, b), [
+      { shape: [2, 1], constant: true },
+      { shape: [2, 3], domain: bDomain },
+    ], 4);
+  });
+
+  Deno.test(`${name}() sums the broadcast cotangent back to each operand's shape`, async () => {
+    const tape = new Tape("f64");
+    const a = tape.variable(new Float64Array([1, 2, 3, 4, 5, 6]), [2, 3]);
+    const b = tape.variable(new Float64Array([2]), [1]);
+    const y = fn(a, b);
+    assert.deepEqual(y.shape, [2, 3]);
+    const grads = await tape.backward(y);
+    assert.equal(grads.get(a)!.length, 6);
+    assert.equal(grads.get(b)!.length, 1);
+    const expectB = { add: 6, sub: -6, mul: 21, div: -21 / 4 }[name]!;
+    assert.ok(Math.abs(grads.get(b)![0] - expectB) < 1e-12, `${name}: got ${grads.get(b)![0]}`);
+  });
+}
+
+Deno.test("add() of a tensor with itself accumulates both cotangents", async () => {
+  await gradCheck("add(x, x)", ([x]) => add(x, x), [{ shape: [2, 3] }], 5);
+  await gradCheck("mul(x, x)", ([x]) => mul(x, x), [{ shape: [2, 3] }], 6);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Unary ops
+
+Deno.test("scale() VJP matches central differences", async () => {
+  await gradCheck("scale(x, -2.5)", ([x]) => scale(x, -2.5), [{ shape: [3, 4] }], 20);
+});
+
+const UNARY: [string, (x: Tensor) => Tensor, Domain][] = [
+  ["exp", exp, "real"],
+  ["log", log, "positive"],
+  ["sqrt", sqrt, "positive"],
+  ["rsqrt", rsqrt, "positive"],
+  ["sigmoid", sigmoid, "wide"],
+  ["silu", silu, "wide"],
+  ["softplus", softplus, "wide"],
+];
+
+for (const [name, fn, domain] of UNARY) {
+  Deno.test(`${name}() VJP matches central differences on ${domain} inputs`, async () => {
+    await gradCheck(name, ([x]) => fn(x), [{ shape: [3, 5], domain }], 30);
+  });
+}
+
+Deno.test("unary ops compute the right forward values, also far in the tails", () => {
+  const x = constant("f64", [-800, -3, 0, 0.5, 3, 800]);
+  const ref: [string, (x: Tensor) => Tensor, (v: number) => number][] = [
+    ["sigmoid", sigmoid, (v) => 1 / (1 + Math.exp(-v))],
+    ["silu", silu, (v) => v / (1 + Math.exp(-v))],
+    ["softplus", softplus, (v) => v > 30 ? v : Math.log(1 + Math.exp(v))],
+  ];
+  for (const [name, fn, f] of ref) {
+    const y = fn(x);
+    y.data.forEach((v, i) => {
+      const want = f(x.data[i]);
+      assert.ok(Math.abs(v - want) <= 1e-15 * Math.max(1, Math.abs(want)), `${name}(${x.data[i]})`);
+    });
+  }
+  const p = constant("f64", [0.25, 4]);
+  assert.deepEqual([...exp(constant("f64", [0, 1])).data], [1, Math.E]);
+  assert.deepEqual([...log(p).data], [Math.log(0.25), Math.log(4)]);
+  assert.deepEqual([...sqrt(p).data], [0.5, 2]);
+  assert.deepEqual([...rsqrt(p).data], [2, 0.5]);
+  assert.deepEqual([...scale(p, 3).data], [0.75, 12]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Linear algebra
+
+Deno.test("matmul() VJP matches central differences", async () => {
+  await gradCheck("matmul", ([a, b]) => matmul(a, b), [{ shape: [3, 4] }, { shape: [4, 2] }], 40);
+  await gradCheck("matmul(const, var)", ([a, b]) => matmul(a, b), [
+    { shape: [1, 3], constant: true },
+    { shape: [3, 5] },
+  ], 41);
+  await gradCheck("matmul(var, const)", ([a, b]) => matmul(a, b), [
+    { shape: [2, 3] },
+    { shape: [3, 1], constant: true },
+  ], 42);
+});
+
+Deno.test("matmul() forward computes the matrix product", () => {
+  const a = constant("f64", [1, 2, 3, 4, 5, 6], [2, 3]);
+  const b = constant("f64", [1, 0, 0, 1, 1, 1], [3, 2]);
+  const y = matmul(a, b);
+  assert.deepEqual(y.shape, [2, 2]);
+  assert.deepEqual([...y.data], [4, 5, 10, 11]);
+});
+
+Deno.test("transpose() VJP matches central differences", async () => {
+  await gradCheck("transpose", ([x]) => transpose(x), [{ shape: [3, 5] }], 50);
+  const t = transpose(constant("f64", [1, 2, 3, 4, 5, 6], [2, 3]));
+  assert.deepEqual(t.shape, [3, 2]);
+  assert.deepEqual([...t.data], [1, 4, 2, 5, 3, 6]);
+});
+
+Deno.test("linear() VJP matches central differences for input and weight", async () => {
+  await gradCheck("linear", ([x, w]) => linear(x, w), [{ shape: [4, 3] }, { shape: [5, 3] }], 60);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Shape ops
+
+Deno.test("sum() VJP matches central differences on every axis, with and without keepDims", async () => {
+  let seed = 70;
+  for (const axis of [0, 1, 2, -1, -3]) {
+    for (const keepDims of [false, true]) {
+      await gradCheck(
+        `sum(axis ${axis}, keepDims ${keepDims})`,
+        ([x]) => sum(x, axis, { keepDims }),
+        [{ shape: [2, 3, 4] }],
+        seed++,
+      );
+    }
+  }
+  const x = constant("f64", [1, 2, 3, 4, 5, 6], [2, 3]);
+  assert.deepEqual([...sum(x, 0).data], [5, 7, 9]);
+  assert.deepEqual(sum(x, 1, { keepDims: true }).shape, [2, 1]);
+  assert.deepEqual([...sum(x, -1).data], [6, 15]);
+});
+
+Deno.test("reshape() VJP matches central differences", async () => {
+  await gradCheck("reshape", ([x]) => reshape(x, [4, 6]), [{ shape: [2, 3, 4] }], 80);
+  await gradCheck("reshape to scalar", ([x]) => reshape(x, []), [{ shape: [1, 1] }], 81);
+});
+
+Deno.test("slice() VJP matches central differences on inner and outer axes", async () => {
+  await gradCheck(
+    "slice(axis 1, [1, 3))",
+    ([x]) => slice(x, 1, { start: 1, end: 3 }),
+    [{ shape: [2, 4, 3] }],
+    90,
+  );
+  await gradCheck(
+    "slice(axis 0, [0, 1))",
+    ([x]) => slice(x, 0, { start: 0, end: 1 }),
+    [{ shape: [3, 2] }],
+    91,
+  );
+  await gradCheck(
+    "slice(axis -1, [2, 3))",
+    ([x]) => slice(x, -1, { start: 2, end: 3 }),
+    [{ shape: [2, 2, 3] }],
+    92,
+  );
+  const y = slice(constant("f64", [1, 2, 3, 4, 5, 6], [2, 3]), 1, { start: 1, end: 3 });
+  assert.deepEqual([...y.data], [2, 3, 5, 6]);
+});
+
+Deno.test("concat() VJP matches central differences, with a constant piece", async () => {
+  await gradCheck(
+    "concat(axis 1)",
+    ([a, b, c]) => concat([a, b, c], 1),
+    [{ shape: [2, 1, 3] }, { shape: [2, 3, 3], constant: true }, { shape: [2, 2, 3] }],
+    100,
+  );
+  await gradCheck(
+    "concat(axis 0)",
+    ([a, b]) => concat([a, b], 0),
+    [{ shape: [1, 4] }, { shape: [2, 4] }],
+    101,
+  );
+  await gradCheck(
+    "concat(axis -1)",
+    ([a, b]) => concat([a, b], -1),
+    [{ shape: [2, 2] }, { shape: [2, 3] }],
+    102,
+  );
+  const y = concat([constant("f64", [1, 2], [2, 1]), constant("f64", [3, 4, 5, 6], [2, 2])], 1);
+  assert.deepEqual([...y.data], [1, 3, 4, 2, 5, 6]);
+});
+
+Deno.test("unstack() VJP matches central differences on every axis", async () => {
+  let seed = 110;
+  for (const axis of [0, 1, 2, -1]) {
+    await gradCheck(
+      `unstack(axis ${axis})`,
+      ([x]) => unstack(x, axis),
+      [{ shape: [2, 3, 4] }],
+      seed++,
+    );
+  }
+});
+
+Deno.test("unstack() sends no cotangent to unused pieces and still gets the used ones right", async () => {
+  await gradCheck("unstack(...)[1]", ([x]) => unstack(x, 1)[1], [{ shape: [2, 3, 2] }], 115);
+  const pieces = unstack(constant("f64", [1, 2, 3, 4, 5, 6], [2, 3]), 1);
+  assert.equal(pieces.length, 3);
+  assert.deepEqual([...pieces[2].data], [3, 6]);
+  assert.deepEqual(pieces[2].shape, [2]);
+});
+
+Deno.test("stack() VJP matches central differences on every axis", async () => {
+  let seed = 120;
+  for (const axis of [0, 1, 2]) {
+    await gradCheck(
+      `stack(axis ${axis})`,
+      ([a, b, c]) => stack([a, b, c], axis),
+      [{ shape: [2, 3] }, { shape: [2, 3], constant: true }, { shape: [2, 3] }],
+      seed++,
+    );
+  }
+  const y = stack([constant("f64", [1, 2]), constant("f64", [3, 4])], 1);
+  assert.deepEqual(y.shape, [2, 2]);
+  assert.deepEqual([...y.data], [1, 3, 2, 4]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Convolution and normalisation
+
+Deno.test("causalConv() VJP matches central differences for u and w", async () => {
+  await gradCheck("causalConv(T 5, W 4)", ([u, w]) => causalConv(u, w), [
+    { shape: [2, 5, 3] },
+    { shape: [3, 4] },
+  ], 130);
+  await gradCheck("causalConv(T 2, W 3)", ([u, w]) => causalConv(u, w), [
+    { shape: [1, 2, 2] },
+    { shape: [2, 3] },
+  ], 131);
+});
+
+Deno.test("causalConv() forward is causal and uses the last tap for the current token", () => {
+  const u = constant("f64", [1, 2, 3], [1, 3, 1]);
+  assert.deepEqual([...causalConv(u, constant("f64", [0.5, 1], [1, 2])).data], [1, 2.5, 4]);
+  // Two channels, each its own taps.
+  const u2 = constant("f64", [1, 10, 2, 20], [1, 2, 2]);
+  const w2 = constant("f64", [1, 0, 0, 1], [2, 2]);
+  assert.deepEqual([...causalConv(u2, w2).data], [0, 10, 1, 20]);
+});
+
+Deno.test("l2norm() VJP matches central differences, default and zero eps", async () => {
+  await gradCheck("l2norm", ([x]) => l2norm(x), [{ shape: [3, 4] }], 140);
+  await gradCheck("l2norm(eps 0)", ([x]) => l2norm(x, { eps: 0 }), [{ shape: [2, 5] }], 141);
+  await gradCheck("l2norm(eps 0.3)", ([x]) => l2norm(x, { eps: 0.3 }), [{ shape: [2, 3] }], 142);
+  const y = l2norm(constant("f64", [3, 4], [1, 2]), { eps: 0 });
+  expectClose("l2norm([3, 4])", y.data, [0.6, 0.8], 1e-15);
+});
+
+Deno.test("rmsnorm() VJP matches central differences, default and large eps", async () => {
+  await gradCheck("rmsnorm", ([x]) => rmsnorm(x), [{ shape: [3, 5] }], 150);
+  await gradCheck("rmsnorm(eps 0.5)", ([x]) => rmsnorm(x, { eps: 0.5 }), [{ shape: [2, 4] }], 151);
+  const y = rmsnorm(constant("f64", [3, 4], [1, 2]), { eps: 0 });
+  const r = Math.sqrt(12.5);
+  expectClose("rmsnorm([3, 4])", y.data, [3 / r, 4 / r], 1e-15);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Custom nodes and constants
+
+/** y = x² ⊙ c elementwise through a custom node, with an optionally async VJP. */
+function squareNode(x: Tensor, c: number, async: boolean): Tensor {
+  const data = x.data.map((v) => c * v * v);
+  const vjp = (gys: readonly (Data | null)[]) => {
+    const g = gys[0]!;
+    return [g.map((v, i) => 2 * c * x.data[i] * v)];
+  };
+  return customNode("square", {
+    inputs: [x],
+    outputs: [{ data, shape: x.shape }],
+    vjp: async
+      ? async (gys) => {
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        return vjp(gys);
+      }
+      : vjp,
+  })[0];
+}
+
+Deno.test("customNode() with a synchronous or an async VJP matches central differences", async () => {
+  await gradCheck("customNode(sync)", ([x]) => squareNode(x, 1.5, false), [{ shape: [2, 3] }], 160);
+  await gradCheck(
+    "customNode(async) inside a graph",
+    ([x, w]) => add(squareNode(linear(x, w), -0.5, true), x),
+    [{ shape: [3, 3] }, { shape: [3, 3] }],
+    161,
+  );
+});
+
+Deno.test("constant() makes a tensor that takes part in the graph but gets no gradient", async () => {
+  const c = constant("f64", [1, 2, 3, 4], [2, 2]);
+  assert.equal(c.requiresGrad, false);
+  assert.ok(c.data instanceof Float64Array);
+  assert.deepEqual(constant("f32", [0.1]).data, new Float32Array([0.1]));
+  await gradCheck(
+    "mul(x, constant)",
+    ([x]) => mul(x, constant("f64", [0.5, -2, 3], [3])),
+    [{ shape: [2, 3] }],
+    170,
+  );
+});
+
+// ---------------------------------------------------------------------------------------------
+// Chained graphs: cotangent accumulation
+
+/** A small MLP-ish graph: h feeds several branches, and a reshape of h (sharing data) is used twice. */
+function mlp([x, w1, b1, w2, g]: Tensor[]): Tensor {
+  const h = silu(add(linear(x, w1), b1)); // [4, 5]
+  const flat = reshape(h, [20]); // shares h's data
+  assert.equal(flat.data, h.data);
+  const twice = add(mul(flat, flat), scale(flat, 0.3)); // flat used three times
+  const branchA = sum(reshape(twice, [4, 5]), 1, { keepDims: true }); // [4, 1]
+  const branchB = linear(rmsnorm(h), w2); // h used again, [4, 2]
+  const z = mul(sigmoid(branchB), add(branchA, g)); // [4, 2]
+  const [z0, z1] = unstack(z, 1); // [4] each
+  const mixed = stack([z1, mul(z0, z1), z0], 1); // [4, 3]
+  const denom = sqrt(add(mul(g, g), constant(g.dtype, [1]))); // [4, 1]
+  return concat([l2norm(concat([z, h], 1)), div(mixed, denom)], 1); // [4, 10]
+}
+
+const MLP_SPECS: Spec[] = [
+  { shape: [4, 3] },
+  { shape: [5, 3] },
+  { shape: [5] },
+  { shape: [2, 5] },
+  { shape: [4, 1] },
+];
+
+Deno.test("a chained MLP-ish graph with reused tensors accumulates cotangents correctly", async () => {
+  await gradCheck("mlp", mlp, MLP_SPECS, 200);
+  await gradCheck("mlp, other seed", mlp, MLP_SPECS, 201);
+});
+
+Deno.test("a reshape that shares data, used twice, gets both cotangents", async () => {
+  await gradCheck(
+    "reshape used twice",
+    ([x]) => {
+      const r = reshape(x, [3, 2]);
+      return add(mul(r, r), exp(r));
+    },
+    [{ shape: [2, 3] }],
+    210,
+  );
+  await gradCheck(
+    "reshape of a reshape",
+    ([x]) => {
+      const r = reshape(x, [6]);
+      const r2 = reshape(r, [2, 3]);
+      return add(r2, mul(reshape(r, [2, 3]), x));
+    },
+    [{ shape: [2, 3] }],
+    211,
+  );
+});
+
+Deno.test("backward() with a given dy equals backward of Σ y ⊙ dy built on the tape", async () => {
+  const rng = mulberry32(220);
+  const xv = randomData(rng, 6, "real"), dy = randomData(rng, 6, "real");
+  const t1 = new Tape("f64");
+  const x1 = t1.variable(xv.slice(), [2, 3]);
+  const g1 = (await t1.backward(exp(x1), dy)).get(x1)!;
+  const t2 = new Tape("f64");
+  const x2 = t2.variable(xv.slice(), [2, 3]);
+  const g2 = (await t2.backward(dotOnTape([exp(x2)], [dy]))).get(x2)!;
+  expectClose("dy seed vs tape loss", g1, g2, 1e-15);
+  // The caller's dy is left untouched.
+  assert.deepEqual(dy, randomData(mulberry32(220), 12, "real").subarray(6));
+});
+
+// ---------------------------------------------------------------------------------------------
+// Tape semantics
+
+Deno.test("an op on constants only records nothing and returns a constant", () => {
+  const tape = new Tape("f64");
+  const v = tape.variable(new Float64Array([1, 2]), [2]);
+  exp(v);
+  assert.equal(tape.size, 1);
+  const a = constant("f64", [1, 2]), b = constant("f64", [3, 4]);
+  const ys = [
+    add(a, b),
+    mul(a, b),
+    exp(a),
+    matmul(reshape(a, [1, 2]), reshape(b, [2, 1])),
+    sum(a, 0),
+    concat([a, b], 0),
+    stack([a, b], 0),
+    ...unstack(stack([a, b], 0), 0),
+    squareNode(a, 2, false),
+  ];
+  for (const y of ys) {
+    assert.equal(y.requiresGrad, false);
+    assert.equal(y.tape, undefined);
+  }
+  assert.equal(tape.size, 1);
+});
+
+Deno.test("mixing f32 and f64 inputs throws TypeError", () => {
+  const tape = new Tape("f64");
+  const v = tape.variable(new Float64Array([1, 2]), [2]);
+  const c32 = constant("f32", [1, 2]);
+  assert.throws(() => add(v, c32), TypeError);
+  assert.throws(() => mul(constant("f64", [1, 2]), c32), /share one dtype/);
+  assert.throws(() => concat([v, c32], 0), TypeError);
+  assert.throws(() => tape.variable(new Float32Array(2), [2]), TypeError);
+  assert.throws(() => new Tape("f16" as "f32"), TypeError);
+});
+
+Deno.test("mixing tensors of two different tapes throws TypeError", () => {
+  const t1 = new Tape("f64"), t2 = new Tape("f64");
+  const a = t1.variable(new Float64Array([1, 2]), [2]);
+  const b = t2.variable(new Float64Array([3, 4]), [2]);
+  assert.throws(() => add(a, b), TypeError);
+  assert.throws(() => concat([a, b], 0), /one tape/);
+  assert.throws(() => matmul(reshape(a, [1, 2]), reshape(b, [2, 1])), TypeError);
+  assert.equal(t1.size, 1); // only the reshape of a
+  assert.equal(t2.size, 1); // only the reshape of b
+});
+
+Deno.test("backward() on a tensor of another tape, or a constant, throws TypeError", async () => {
+  const t1 = new Tape("f64"), t2 = new Tape("f64");
+  const y = exp(t1.variable(new Float64Array([1]), [1]));
+  await assert.rejects(() => t2.backward(y), TypeError);
+  await assert.rejects(() => t2.backward(constant("f64", [1])), TypeError);
+  await assert.rejects(() => t1.backward(y, new Float32Array(1)), TypeError);
+});
+
+Deno.test("backward() with a dy of the wrong length throws RangeError", async () => {
+  const tape = new Tape("f64");
+  const y = exp(tape.variable(new Float64Array([1, 2, 3]), [3]));
+  await assert.rejects(() => tape.backward(y, new Float64Array(2)), RangeError);
+  await assert.rejects(() => tape.backward(y, new Float64Array(4)), /must have 3 elements: got 4/);
+});
+
+Deno.test("bad shapes throw RangeError naming the argument", () => {
+  const x = constant("f64", [1, 2, 3, 4, 5, 6], [2, 3]);
+  assert.throws(() => matmul(x, x), RangeError);
+  assert.throws(() => matmul(x, x), /matmul\(\) shapes/);
+  assert.throws(() => add(x, constant("f64", [1, 2], [2])), RangeError);
+  assert.throws(() => div(x, constant("f64", [1, 2], [2])), /div\(\) shapes must broadcast/);
+  assert.throws(() => sum(x, 2), RangeError);
+  assert.throws(() => sum(x, -3), /sum\(\) axis/);
+  assert.throws(() => sum(x, 0.5), /sum\(\) axis/);
+  assert.throws(() => unstack(x, 5), /unstack\(\) axis/);
+  assert.throws(() => concat([x], 2), /concat\(\) axis/);
+  assert.throws(() => stack([x], 3), /stack\(\) axis/);
+  assert.throws(() => slice(x, 1, { start: 2, end: 4 }), RangeError);
+  assert.throws(() => slice(x, 1, { start: 2, end: 1 }), /slice\(\) range/);
+  assert.throws(() => slice(x, 1, { start: -1, end: 1 }), /slice\(\) range/);
+  assert.throws(() => slice(x, 2, { start: 0, end: 1 }), /slice\(\) axis/);
+  assert.throws(() => reshape(x, [4, 2]), RangeError);
+  assert.throws(() => reshape(x, [4, 2]), /reshape\(\) shape must have 6 elements/);
+  assert.throws(() => reshape(x, [-2, -3]), /reshape\(\) shape/);
+  assert.throws(() => new Tensor(new Float64Array(5), [2, 3]), RangeError);
+  assert.throws(() => new Tensor(new Float64Array(5), [2, 3]), /Tensor data length/);
+  assert.throws(() => new Tensor(new Float64Array(6), [2, 3.5]), /Tensor shape/);
+  assert.throws(() => new Tape("f64").variable(new Float64Array(5), [2, 3]), /data length/);
+  assert.throws(() => concat([x, constant("f64", [1, 2], [2, 1, 1])], 1), /concat\(\) shapes/);
+  assert.throws(() => stack([x, constant("f64", [1, 2], [2, 1])], 0), /stack\(\) shapes/);
+  assert.throws(() => causalConv(x, x), /causalConv\(\) shapes/);
+  assert.throws(() => transpose(constant("f64", [1, 2])), /transpose\(\) x must be 2-D/);
+  assert.throws(() => l2norm(x, { eps: -1 }), /l2norm\(\) eps/);
+  assert.throws(() => rmsnorm(x, { eps: NaN }), /rmsnorm\(\) eps/);
+  assert.throws(() => scale(x, Infinity), /scale\(\) argument c/);
+  assert.throws(() => add(x, null as unknown as Tensor), /add\(\) argument b must be a Tensor/);
+});
+
+Deno.test("f32 tape ops give Float32Array results and gradients agreeing with f64 to ~1e-5", async () => {
+  const rng = mulberry32(300);
+  // f32 inputs; the f64 reference runs on exactly the same (rounded) values.
+  const values = MLP_SPECS.map((s) => new Float32Array(randomData(rng, sizeOf(s.shape), "real")));
+  const dyValues = new Float32Array(randomData(rng, 40, "real"));
+  const run = async (dtype: "f32" | "f64") => {
+    const tape = new Tape(dtype);
+    const xs = values.map((v, i) =>
+      tape.variable(dtype === "f32" ? v.slice() : Float64Array.from(v), MLP_SPECS[i].shape)
+    );
+    const y = mlp(xs);
+    const dy = dtype === "f32" ? dyValues.slice() : Float64Array.from(dyValues);
+    const g = await tape.backward(y, dy);
+    return { y, grads: xs.map((x) => g.get(x)!) };
+  };
+  const r32 = await run("f32"), r64 = await run("f64");
+  assert.ok(r32.y.data instanceof Float32Array);
+  assert.ok(r64.y.data instanceof Float64Array);
+  expectClose("f32 vs f64 forward", r32.y.data, r64.y.data, 1e-5);
+  r32.grads.forEach((g, i) => {
+    assert.ok(g instanceof Float32Array, `f32 gradient ${i} is a ${g?.constructor.name}`);
+    expectClose(`f32 vs f64 gradient ${i}`, g, r64.grads[i], 1e-5);
+  });
+});
+
+Deno.test("every op on an f32 tape produces Float32Array outputs and gradients", async () => {
+  const tape = new Tape("f32");
+  const rng = mulberry32(310);
+  const v = (shape: number[], domain: Domain = "real") =>
+    tape.variable(new Float32Array(randomData(rng, sizeOf(shape), domain)), shape);
+  const x = v([2, 3]), p = v([2, 3], "positive"), m = v([3, 2]), u = v([1, 3, 3]), w = v([3, 2]);
+  const c = constant("f32", [1, 2, 3]);
+  const ys = [
+    add(x, c),
+    sub(x, p),
+    mul(x, p),
+    div(x, p),
+    scale(x, 2),
+    exp(x),
+    log(p),
+    sqrt(p),
+    rsqrt(p),
+    sigmoid(x),
+    silu(x),
+    softplus(x),
+    matmul(x, m),
+    transpose(x),
+    linear(x, x),
+    sum(x, 1, { keepDims: true }),
+    reshape(x, [6]),
+    slice(x, 1, { start: 0, end: 2 }),
+    concat([x, p], 0),
+    ...unstack(x, 0),
+    stack([x, p], 2),
+    causalConv(u, w),
+    l2norm(x),
+    rmsnorm(x),
+    squareNode(x, 2, true),
+  ];
+  let loss: Tensor | undefined;
+  for (const y of ys) {
+    assert.ok(y.data instanceof Float32Array);
+    assert.equal(y.dtype, "f32");
+    const s = sum(reshape(y, [y.size]), 0);
+    loss = loss === undefined ? s : add(loss, s);
+  }
+  const grads = await tape.backward(loss!);
+  for (const t of [x, p, m, u, w]) {
+    const g = grads.get(t);
+    assert.ok(g instanceof Float32Array);
+    assert.ok(g.every(Number.isFinite));
+  }
+});
+
+Deno.test("an unused variable gets no gradient entry", async () => {
+  const tape = new Tape("f64");
+  const used = tape.variable(new Float64Array([1, 2]), [2]);
+  const unused = tape.variable(new Float64Array([3, 4]), [2]);
+  const sideBranch = exp(unused); // recorded, but y does not depend on it
+  const y = sum(mul(used, used), 0);
+  const grads = await tape.backward(y);
+  assert.equal(sideBranch.requiresGrad, true);
+  assert.equal(grads.has(unused), false);
+  assert.equal(grads.has(sideBranch), false);
+  assert.equal(grads.size, 1);
+  assert.deepEqual([...grads.get(used)!], [2, 4]);
+});
+
+Deno.test("backward() of a variable itself returns dy as its gradient", async () => {
+  const tape = new Tape("f64");
+  const v = tape.variable(new Float64Array([1, 2]), [2]);
+  const grads = await tape.backward(v, new Float64Array([5, 6]));
+  assert.deepEqual([...grads.get(v)!], [5, 6]);
+});
+
+Deno.test("customNode() with an async VJP and several outputs gives the right gradients", async () => {
+  const tape = new Tape("f64");
+  const a = tape.variable(new Float64Array([1, 2]), [2]);
+  const b = tape.variable(new Float64Array([3, 4]), [2]);
+  const [s, d] = customNode("sumdiff", {
+    inputs: [a, undefined, b],
+    outputs: [
+      { data: new Float64Array([4, 6]), shape: [2] },
+      { data: new Float64Array([-2, -2]), shape: [2] },
+    ],
+    vjp: async ([gs, gd]) => {
+      await Promise.resolve();
+      const ga = new Float64Array(2), gb = new Float64Array(2);
+      for (let i = 0; i < 2; i++) {
+        ga[i] = (gs?.[i] ?? 0) + (gd?.[i] ?? 0);
+        gb[i] = (gs?.[i] ?? 0) - (gd?.[i] ?? 0);
+      }
+      return [ga, null, gb];
+    },
+  });
+  assert.equal(tape.size, 1);
+  // y = Σ 2s + Σ 3d = 5a − b summed: da = 5, db = −1
+  const y = add(sum(scale(s, 2), 0), sum(scale(d, 3), 0));
+  const grads = await tape.backward(y);
+  assert.deepEqual([...grads.get(a)!], [5, 5]);
+  assert.deepEqual([...grads.get(b)!], [-1, -1]);
+  // Only one output used: the other cotangent arrives as null.
+  const tape2 = new Tape("f64");
+  const x = tape2.variable(new Float64Array([1]), [1]);
+  let seen: readonly (Data | null)[] = [];
+  const [, o2] = customNode("two", {
+    inputs: [x],
+    outputs: [{ data: new Float64Array([1]), shape: [1] }, {
+      data: new Float64Array([2]),
+      shape: [1],
+    }],
+    vjp: (gys) => {
+      seen = gys;
+      return [new Float64Array([7])];
+    },
+  });
+  const g2 = await tape2.backward(o2);
+  assert.equal(seen[0], null);
+  assert.deepEqual([...seen[1]!], [1]);
+  assert.deepEqual([...g2.get(x)!], [7]);
+});
+
+Deno.test("customNode() returning one cotangent array for two inputs keeps their gradients apart", async () => {
+  const tape = new Tape("f64");
+  const a = tape.variable(new Float64Array([1, 2]), [2]);
+  const b = tape.variable(new Float64Array([3, 4]), [2]);
+  const early = sum(mul(a, constant("f64", [10, 10])), 0); // a used before the custom node
+  const [t] = customNode("sum2", {
+    inputs: [a, b],
+    outputs: [{ data: new Float64Array([4, 6]), shape: [2] }],
+    vjp: ([g]) => [g, g], // the same array for both inputs
+  });
+  // t used twice, so its cotangent is accumulated (owned by the tape) before the custom VJP.
+  const y = add(add(sum(t, 0), sum(scale(t, 2), 0)), early);
+  const grads = await tape.backward(y);
+  assert.deepEqual([...grads.get(b)!], [3, 3]);
+  assert.deepEqual([...grads.get(a)!], [13, 13]);
+});
+
+Deno.test("tape.dispose() calls custom nodes' dispose and forbids further use", async () => {
+  const tape = new Tape("f64");
+  const x = tape.variable(new Float64Array([1, 2]), [2]);
+  let disposed = 0;
+  const def = {
+    inputs: [x],
+    outputs: [{ data: new Float64Array([1, 2]), shape: [2] }],
+    vjp: (gys: readonly (Data | null)[]) => [gys[0]],
+    dispose: () => void disposed++,
+  };
+  const [y] = customNode("held", def);
+  customNode("held", def);
+  exp(x); // a built-in node, no dispose
+  assert.equal(tape.size, 3);
+  assert.equal(disposed, 0);
+  await tape.backward(y);
+  assert.equal(disposed, 0, "backward must not dispose");
+  tape.dispose();
+  assert.equal(disposed, 2);
+  assert.equal(tape.size, 0);
+  tape.dispose();
+  assert.equal(disposed, 2, "a second dispose frees nothing twice");
+  assert.throws(() => exp(x), /disposed/);
+  await assert.rejects(() => tape.backward(y), /disposed/);
+  // Constants never record, so a disposed tape leaves them alone.
+  assert.deepEqual([...exp(constant("f64", [0])).data], [1]);
+});
+
+Deno.test("worst gradient-check error stays within tolerance", () => {
+  console.log(`worst max|a-b|/max|b| = ${worst.ratio.toExponential(2)} at ${worst.where}`);
+  assert.ok(worst.ratio <= FD_TOL);
+});
