@@ -144,7 +144,7 @@ export async function probeCoordinate(
 }
 
 /**
- * The coordinates to probe in a group: the argmax of `|grad|`, and the first and the last
+ * The coordinates to probe in a group: the argmax of `|grad|`, and the first and the last other
  * coordinate in flat order whose `|grad|` is at least a quarter of the maximum. The two are spread
  * over the tensor, and each is large enough that the loss's rounding noise (which is the same for
  * every coordinate) stays small against it, so a relative error of 1e-6 is measurable there.
@@ -155,9 +155,15 @@ export async function probeCoordinate(
 export function probeIndices(grad: ArrayLike<number>): number[] {
   let top = 0;
   for (let i = 1; i < grad.length; i++) if (Math.abs(grad[i]) > Math.abs(grad[top])) top = i;
-  const large = (i: number) => Math.abs(grad[i]) >= Math.abs(grad[top]) / 4;
-  let first = 0, last = grad.length - 1;
-  while (!large(first)) first++;
-  while (!large(last)) last--;
-  return [...new Set([top, first, last])];
+  const large = (i: number) => i !== top && Math.abs(grad[i]) >= Math.abs(grad[top]) / 4;
+  const picks = [top];
+  const first = Array.prototype.findIndex.call(grad, (_: number, i: number) => large(i));
+  if (first >= 0) picks.push(first);
+  for (let i = grad.length - 1; i > first; i--) {
+    if (large(i)) {
+      picks.push(i);
+      break;
+    }
+  }
+  return picks;
 }

@@ -545,7 +545,7 @@ function intraChunk(w: ChunkWork): void {
 /** Vn = U − W S: the chunk's values minus what the chunk-start state already predicts. */
 function newValues(w: ChunkWork): void {
   const { n, K, V, W, U, Vn, state: S } = w;
-  Vn.set(U.subarray(0, n * V));
+  for (let i = 0; i < n * V; i++) Vn[i] = U[i];
   addAB(Vn, V, W, K, S, V, n, K, V, -1);
 }
 

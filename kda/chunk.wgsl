@@ -87,9 +87,12 @@ var<workgroup> tileB: array<f32, TILE>;
 fn workSize() -> u32 {
   return 5u * p.C * p.K + p.C * p.V + 3u * p.C * p.C + p.K;
 }
-// G is kept as an unevaluated sum hi + lo (a compensated cumsum): a plain f32 cumsum of gates near
-// -5 reaches |G| ~ 320, where its rounding error (~1e-5) would swamp the small differences
-// G_r - G_s that the pairwise decays exponentiate.
+// G is kept as an unevaluated sum hi + lo: a plain f32 cumsum of gates near -5 reaches |G| ~ 320,
+// where its rounding error (~1e-5) would swamp the small differences G_r - G_s that the pairwise
+// decays exponentiate. gateCumsum sums in 64-bit fixed point (integers: exact, and safe from the
+// float reassociation that shader compilers may apply, which removes a TwoSum), then splits each
+// G into hi, a multiple of 2^-8, and lo in [0, 2^-8). hi_r - hi_s is then exact, lo_r - lo_s is off
+// by at most 2^-32, so G_r - G_s is accurate relative to itself.
 fn wG() -> u32 { return 0u; }
 fn wGlo() -> u32 { return p.C * p.K; }
 fn wW() -> u32 { return 2u * p.C * p.K; }
@@ -121,6 +124,26 @@ fn gM() -> u32 { return gL() + p.C * p.C; }
 fn gGam() -> u32 { return gM() + p.C * p.C; }
 fn gBv() -> u32 { return gGam() + p.K; }
 
+// e^x for the exponents here (x <= 0), to about 1 ulp. The built-in exp is allowed to be coarse
+// (llvmpipe's is off by up to 6e-7 relative on [-6, 0], ten times f32's epsilon), which alone used
+// most of the 2e-6 output budget at chunk size 64. Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
+// then a degree-7 Taylor polynomial (truncation below 1e-8 relative) and an exact scaling by 2^n.
+// Below -103 the result is 0 or a denormal either way; clamping keeps n ln2_hi exact.
+fn decay(x: f32) -> f32 {
+  let xc = clamp(x, -103.0, 88.0);
+  let n = round(xc * 1.4426950408889634);
+  let r = (xc - n * 0.693145751953125) - n * 1.4286068203094172e-6;
+  var poly = 1.0 / 5040.0;
+  poly = poly * r + 1.0 / 720.0;
+  poly = poly * r + 1.0 / 120.0;
+  poly = poly * r + 1.0 / 24.0;
+  poly = poly * r + 1.0 / 6.0;
+  poly = poly * r + 0.5;
+  poly = poly * r + 1.0;
+  poly = poly * r + 1.0;
+  return ldexp(poly, i32(n));
+}
+
 // G_rd - G_sd of the chunk at `base`, from the hi and lo parts (hi_r - hi_s is exact or nearly so)
 fn gateDiff(base: u32, r: u32, s: u32, d: u32) -> f32 {
   let K = p.K;
@@ -128,10 +151,10 @@ fn gateDiff(base: u32, r: u32, s: u32, d: u32) -> f32 {
     (work[base + wGlo() + r * K + d] - work[base + wGlo() + s * K + d]);
 }
 
-// Gamma_rd = e^{G_rd} = e^{hi} e^{lo}, with e^{lo} ~ 1 + lo since |lo| is below one ulp of hi
+// Gamma_rd = e^{G_rd}; the rounding of hi + lo costs |G| eps relative, below eps/e absolute
 fn gammaOf(base: u32, r: u32, d: u32) -> f32 {
   let i = base + r * p.K + d;
-  return exp(work[wG() + i]) * (1.0 + work[wGlo() + i]);
+  return decay(work[wG() + i] + work[wGlo() + i]);
 }
 
 // row index of token t of head h in batch b, in [B, T, H]
@@ -172,20 +195,22 @@ fn intraChunk(
   let cv = min(C, p.T - t0);
   let base = wid * workSize();
 
-  // gateCumsum: G_r = sum_{s <= r} g_s, per channel, in token order, compensated (TwoSum)
+  // gateCumsum: G_r = sum_{s <= r} g_s, per channel, in token order, in fixed point with 40
+  // fractional bits: a gate g becomes the integer pair (gh, gl) = (floor(256 g), frac(256 g) 2^32)
   for (var d = lid; d < K; d += WG) {
-    var hi = 0.0;
-    var lo = 0.0;
+    var accHi = 0i;
+    var accLo = 0u;
     for (var r = 0u; r < cv; r++) {
-      let gr = x[p.offG + tok(b, t0 + r, h) * K + d];
-      let sum = hi + gr;
-      let bv = sum - hi;
-      lo += (hi - (sum - bv)) + (gr - bv);
-      hi = sum;
-      work[base + wG() + r * K + d] = hi;
-      work[base + wGlo() + r * K + d] = lo;
+      let scaled = max(x[p.offG + tok(b, t0 + r, h) * K + d], -1.0e4) * 256.0;
+      let whole = floor(scaled);
+      let gl = u32((scaled - whole) * 4294967296.0);
+      let lo = accLo + gl;
+      accHi += i32(whole) + select(0i, 1i, lo < gl);
+      accLo = lo;
+      work[base + wG() + r * K + d] = f32(accHi) * (1.0 / 256.0);
+      work[base + wGlo() + r * K + d] = f32(accLo) * (1.0 / 1099511627776.0);
     }
-    work[base + wGam() + d] = exp(hi) * (1.0 + lo);
+    work[base + wGam() + d] = gammaOf(base, cv - 1u, d);
   }
   stageBarrier();
 
@@ -200,7 +225,7 @@ fn intraChunk(
       let rowR = tok(b, t0 + r, h) * K;
       let rowS = tok(b, t0 + s, h) * K;
       for (var d = 0u; d < K; d++) {
-        let ks = x[p.offK + rowS + d] * exp(gateDiff(base, r, s, d));
+        let ks = x[p.offK + rowS + d] * decay(gateDiff(base, r, s, d));
         l += x[p.offK + rowR + d] * ks;
         pq += x[p.offQ + rowR + d] * ks;
       }
@@ -215,7 +240,7 @@ fn intraChunk(
     let d = e % K;
     let row = tok(b, t0 + r, h) * K + d;
     work[base + wQg() + r * K + d] = p.scale * x[p.offQ + row] * gammaOf(base, r, d);
-    work[base + wKd() + r * K + d] = x[p.offK + row] * exp(gateDiff(base, cv - 1u, r, d));
+    work[base + wKd() + r * K + d] = x[p.offK + row] * decay(gateDiff(base, cv - 1u, r, d));
   }
   stageBarrier();
 
@@ -598,7 +623,7 @@ fn intraChunkBackward(
     var rowL = 0.0; // sum_{s < r} dL_rs k_s E_rs
     var rowP = 0.0; // sum_{s < r} dP_rs k_s E_rs
     for (var s = 0u; s < r; s++) {
-      let ks = x[p.offK + tok(b, t0 + s, h) * K + d] * exp(gateDiff(base, r, s, d));
+      let ks = x[p.offK + tok(b, t0 + s, h) * K + d] * decay(gateDiff(base, r, s, d));
       rowL += gs[gBase + gL() + r * C + s] * ks;
       rowP += gs[gBase + gP() + r * C + s] * ks;
     }
@@ -607,13 +632,13 @@ fn intraChunkBackward(
     var colP = 0.0; // sum_{r' > r} dP_r'r q_r' E_r'r
     for (var rr = r + 1u; rr < cv; rr++) {
       let row2 = tok(b, t0 + rr, h);
-      let ee = exp(gateDiff(base, rr, r, d));
+      let ee = decay(gateDiff(base, rr, r, d));
       colL += x[p.offBeta + row2] * gs[gBase + gL() + rr * C + r] * x[p.offK + row2 * K + d] * ee;
       colP += gs[gBase + gP() + rr * C + r] * x[p.offQ + row2 * K + d] * ee;
     }
     let dPrr = gs[gBase + gP() + r * C + r];
     let gam = gammaOf(base, r, d);
-    let ed = exp(gateDiff(base, cv - 1u, r, d));
+    let ed = decay(gateDiff(base, cv - 1u, r, d));
     let dQg = gs[gBase + gQg() + r * K + d];
     let dKb = gs[gBase + gKb() + r * K + d];
     let dKd = gs[gBase + gKd() + r * K + d];

@@ -86,7 +86,7 @@ export function resolveConfig(config: Partial<KdaConfig> = {}): Readonly<KdaConf
   for (const key of Object.keys(config)) {
     if (!(key in DEFAULT_CONFIG)) {
       throw new TypeError(
-        `config has an unknown field "${key}": expected one of ${
+        `config.${key} is an unknown field "${key}": expected one of ${
           Object.keys(DEFAULT_CONFIG).join(", ")
         }`,
       );

@@ -81,6 +81,11 @@ export class KdaModule {
    */
   constructor(config: Partial<KdaConfig> = {}, options: { dtype?: "f64" | "f32" } = {}) {
     this.config = resolveConfig(config);
+    if (typeof options !== "object" || options === null) {
+      throw new TypeError(
+        `options must be an object: got ${options === null ? "null" : typeof options}`,
+      );
+    }
     const dtype = options.dtype ?? "f64";
     if (dtype !== "f64" && dtype !== "f32") {
       throw new TypeError(`options.dtype must be "f64" or "f32": got ${String(dtype)}`);

@@ -144,7 +144,7 @@ export function checkKdaInputs(inputs: KdaInputs): { dtype: "f64" | "f32"; scale
   if (inputs.h0 !== undefined) {
     checkArray("inputs.h0", inputs.h0, B * H * K * V, dtype, "[B, H, K, V]");
   }
-  const scale = inputs.scale ?? K ** -0.5;
+  const scale = inputs.scale === undefined ? K ** -0.5 : inputs.scale;
   if (typeof scale !== "number" || !Number.isFinite(scale)) {
     throw new RangeError(`inputs.scale must be a finite number: got ${String(scale)}`);
   }

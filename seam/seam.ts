@@ -155,6 +155,9 @@ async function chooseArm(
   const requireArm = readEnv("KDA_REQUIRE_ARM") as Arm | undefined;
   const explicit = checkArm(options.arm);
   const wanted: Arm = explicit ?? requireArm ?? (dtype === "f32" ? "gpu" : "cpu");
+  if (options.strict !== undefined && typeof options.strict !== "boolean") {
+    throw new TypeError(`options.strict must be a boolean: got ${typeof options.strict}`);
+  }
   const strict = options.strict ?? requireArm !== undefined;
   const reasons: string[] = [];
   let arm = wanted;

@@ -20,7 +20,7 @@ export interface KdaShape {
  * @returns A function returning the next uniform draw on each call.
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const rand = mulberry32(1);
  * const u = rand(); // 0 <= u < 1
  * ```
@@ -48,7 +48,7 @@ export function mulberry32(seed: number): () => number {
  * @returns The raw inputs.
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const x = randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 0, { gateMin: -5, gateMax: 0 });
  * ```
  */
@@ -107,7 +107,7 @@ export function randomKda(
  * @returns A copy in f64.
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const x64 = toF64(randomKda({ B: 1, T: 4, H: 1, K: 2, V: 2 }, 0, { dtype: "f32" }));
  * ```
  */
@@ -133,7 +133,7 @@ export function toF64(x: RawKda): RawKda {
  *   state BEFORE token t (the initial state at t = 0).
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const { o, ht } = recurrentForward(randomKda({ B: 1, T: 4, H: 1, K: 2, V: 2 }, 0));
  * ```
  */
@@ -198,7 +198,7 @@ export function recurrentForward(x: RawKda): {
  * @returns Gradients as Float64Array, `dh0` always present.
  *
  * @example
- * ```ts
+ * ```ts ignore
  * const x = randomKda({ B: 1, T: 4, H: 1, K: 2, V: 2 }, 0);
  * const grads = recurrentBackward(x, { dout: new Float64Array(8).fill(1) });
  * ```

@@ -314,8 +314,10 @@ Deno.test("kda() and kdaVjp() reject every kind of bad input with the named Type
         x32[name] = Float32Array.from(x[name]!);
       }
       x32.k = x.k; // f32 q, f64 k
-      await at("mixed f32 q / f64 k", () =>
-        rejectsWith(() => run(x32), TypeError, /inputs\.k must be a Float32Array/));
+      await at(
+        "mixed f32 q / f64 k",
+        () => rejectsWith(() => run(x32), TypeError, /inputs\.k must be a Float32Array/),
+      );
     }
     // Wrong lengths, naming the array and the expected length.
     for (const name of ["q", "k", "v", "g", "beta", "h0"] as const) {
@@ -348,13 +350,17 @@ Deno.test("kda() and kdaVjp() reject every kind of bad input with the named Type
       const x = valid();
       const g = Float64Array.from(x.g);
       g[7] = bad;
-      await at(`g=${bad}`, () =>
-        rejectsWith(() => run({ ...x, g }), RangeError, /inputs\.g must be <= 0.*at index 7/));
+      await at(
+        `g=${bad}`,
+        () => rejectsWith(() => run({ ...x, g }), RangeError, /inputs\.g must be <= 0.*at index 7/),
+      );
     }
     // Bad scale (null, like undefined, selects the default K^(-1/2) through `??`).
     for (const bad of [NaN, Infinity, -Infinity, "1", {}, 1n]) {
-      await at(`scale ${String(bad)}`, () =>
-        rejectsWith(() => run({ ...valid(), scale: bad }), RangeError, /inputs\.scale/));
+      await at(
+        `scale ${String(bad)}`,
+        () => rejectsWith(() => run({ ...valid(), scale: bad }), RangeError, /inputs\.scale/),
+      );
     }
     // Bad options.
     for (const bad of [8, 0, 24, 128, "16", NaN, null]) {
@@ -366,12 +372,16 @@ Deno.test("kda() and kdaVjp() reject every kind of bad input with the named Type
         ));
     }
     for (const bad of ["GPU", "tape", "", 0, null]) {
-      await at(`arm ${String(bad)}`, () =>
-        rejectsWith(() => run(valid(), { arm: bad }), RangeError, /options\.arm/));
+      await at(
+        `arm ${String(bad)}`,
+        () => rejectsWith(() => run(valid(), { arm: bad }), RangeError, /options\.arm/),
+      );
     }
     for (const bad of [null, 3, "cpu"]) {
-      await at(`options ${String(bad)}`, () =>
-        rejectsWith(() => run(valid(), bad), TypeError, /options must be an object/));
+      await at(
+        `options ${String(bad)}`,
+        () => rejectsWith(() => run(valid(), bad), TypeError, /options must be an object/),
+      );
     }
   }
 
@@ -437,8 +447,15 @@ Deno.test("kda() and kdaVjp() reject every kind of bad input with the named Type
   for (const bad of [NaN, Infinity]) {
     const d = new Float64Array(30);
     d[4] = bad;
-    await vjpAt(`dout with ${bad}`, () =>
-      rejectsWith(() => kdaVjp(x, { dout: d }, ops), RangeError, /cotangents\.dout must be finite/));
+    await vjpAt(
+      `dout with ${bad}`,
+      () =>
+        rejectsWith(
+          () => kdaVjp(x, { dout: d }, ops),
+          RangeError,
+          /cotangents\.dout must be finite/,
+        ),
+    );
     const h = new Float64Array(40);
     h[9] = bad;
     await vjpAt(`dht with ${bad}`, () =>
