@@ -39,6 +39,22 @@ export function agreement(a: ArrayLike<number>, b: ArrayLike<number>): Agreement
 }
 
 /**
+ * Whether two arrays hold the same bits (same element type, same length, same bytes): the test of
+ * reproducibility, where agreement to a tolerance is not enough.
+ *
+ * @param a One array.
+ * @param b The other.
+ * @returns True when every byte matches.
+ */
+export function sameBits(a: Float64Array | Float32Array, b: Float64Array | Float32Array): boolean {
+  if (a.length !== b.length || a.constructor !== b.constructor) return false;
+  const ua = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const ub = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  for (let i = 0; i < ua.length; i++) if (ua[i] !== ub[i]) return false;
+  return true;
+}
+
+/**
  * Formats an agreement as `rel (abs …, ref …)`.
  *
  * @param x The agreement.

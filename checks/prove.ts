@@ -15,6 +15,7 @@ import {
   epsilonOf,
   probeCoordinate,
   probeIndices,
+  sameBits,
 } from "./compare.ts";
 
 /** The groups the layer must have, spelled out here rather than read from the layer. */
@@ -112,14 +113,6 @@ function lossOf(y: ArrayLike<number>, r: ArrayLike<number>): { loss: number; sca
     scale += Math.abs(y[i] * r[i]);
   }
   return { loss, scale };
-}
-
-function sameBits(a: Float64Array | Float32Array, b: Float64Array | Float32Array): boolean {
-  if (a.length !== b.length || a.constructor !== b.constructor) return false;
-  const ua = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-  const ub = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-  for (let i = 0; i < ua.length; i++) if (ua[i] !== ub[i]) return false;
-  return true;
 }
 
 /**

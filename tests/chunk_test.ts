@@ -2,7 +2,7 @@
 // hand-written recurrence and BPTT of tests/_bptt.ts (itself checked by central differences).
 
 import assert from "node:assert/strict";
-import type { ChunkSize, Float, RawCotangents, RawGrads, RawKda } from "../kda/_types.ts";
+import type { ChunkSize, RawCotangents, RawGrads, RawKda } from "../kda/_types.ts";
 import { chunkBackward, chunkForward } from "../kda/chunk.ts";
 import {
   type KdaShape,
@@ -12,6 +12,7 @@ import {
   recurrentForward,
   toF64,
 } from "./_bptt.ts";
+import { bitsEqual, Worst } from "./_compare.ts";
 
 const CHUNK_SIZES: ChunkSize[] = [16, 32, 64];
 const LENGTHS = [1, 5, 16, 17, 33, 100];
@@ -21,51 +22,6 @@ const GATES: { name: string; gateMin: number; gateMax: number }[] = [
   { name: "g=0", gateMin: 0, gateMax: 0 },
 ];
 const GRAD_NAMES = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
-
-interface Agreement {
-  ratio: number;
-  maxDiff: number;
-  maxRef: number;
-}
-
-/** max|a − b| / max|b| with b the reference; NaN anywhere makes the ratio NaN. */
-function agreement(a: ArrayLike<number>, b: ArrayLike<number>): Agreement {
-  assert.equal(a.length, b.length, "compared tensors differ in length");
-  let maxDiff = 0, maxRef = 0, nan = false;
-  for (let i = 0; i < a.length; i++) {
-    const diff = Math.abs(a[i] - b[i]), ref = Math.abs(b[i]);
-    if (Number.isNaN(diff) || Number.isNaN(ref)) nan = true;
-    if (diff > maxDiff) maxDiff = diff;
-    if (ref > maxRef) maxRef = ref;
-  }
-  const ratio = nan ? NaN : maxRef > 0 ? maxDiff / maxRef : maxDiff === 0 ? 0 : Infinity;
-  return { ratio, maxDiff, maxRef };
-}
-
-/** Tracks the worst agreement seen in one test, for a one-line summary. */
-class Worst {
-  ratio = 0;
-  label = "none";
-  detail = "";
-  count = 0;
-
-  check(label: string, a: ArrayLike<number>, b: ArrayLike<number>, tol: number): void {
-    const { ratio, maxDiff, maxRef } = agreement(a, b);
-    const detail = `ratio=${ratio.toExponential(2)} max|a−b|=${maxDiff.toExponential(2)} ` +
-      `max|b|=${maxRef.toExponential(2)}`;
-    this.count++;
-    if (!(ratio <= tol)) throw new Error(`${label}: ${detail} exceeds tolerance ${tol}`);
-    if (ratio >= this.ratio) {
-      this.ratio = ratio;
-      this.label = label;
-      this.detail = detail;
-    }
-  }
-
-  report(what: string): void {
-    console.log(`  ${what}: ${this.count} comparisons, worst ${this.label}: ${this.detail}`);
-  }
-}
 
 function randomArray(n: number, seed: number): Float64Array {
   const rand = mulberry32(seed);
@@ -85,14 +41,6 @@ function chunkGrads(x: RawKda, ct: RawCotangents, chunkSize: ChunkSize): RawGrad
   const { states } = chunkForward(x, { chunkSize, saveStates: true });
   assert.ok(states !== undefined);
   return chunkBackward(x, states, ct, { chunkSize });
-}
-
-function bitsEqual(a: Float, b: Float): boolean {
-  if (a.constructor !== b.constructor || a.length !== b.length) return false;
-  const ua = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-  const ub = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-  for (let i = 0; i < ua.length; i++) if (ua[i] !== ub[i]) return false;
-  return true;
 }
 
 /** Every case of the main grid, with a distinct seed each. */

@@ -6,59 +6,7 @@
 import assert from "node:assert/strict";
 import { DEFAULT_CONFIG, type KdaConfig, KdaModule } from "../mod.ts";
 import { mulberry32, recurrentForward } from "./_bptt.ts";
-
-interface Agreement {
-  ratio: number;
-  maxDiff: number;
-  maxRef: number;
-}
-
-/** max|a − b| / max|b| with b the reference; NaN anywhere makes the ratio NaN. */
-function agreement(a: ArrayLike<number>, b: ArrayLike<number>): Agreement {
-  assert.equal(a.length, b.length, "compared tensors differ in length");
-  let maxDiff = 0, maxRef = 0, nan = false;
-  for (let i = 0; i < a.length; i++) {
-    const diff = Math.abs(a[i] - b[i]), ref = Math.abs(b[i]);
-    if (Number.isNaN(diff) || Number.isNaN(ref)) nan = true;
-    if (diff > maxDiff) maxDiff = diff;
-    if (ref > maxRef) maxRef = ref;
-  }
-  const ratio = nan ? NaN : maxRef > 0 ? maxDiff / maxRef : maxDiff === 0 ? 0 : Infinity;
-  return { ratio, maxDiff, maxRef };
-}
-
-/** Checks agreements against a tolerance and keeps the worst one for a one-line summary. */
-class Worst {
-  ratio = 0;
-  label = "none";
-  detail = "";
-  count = 0;
-
-  check(label: string, a: ArrayLike<number>, b: ArrayLike<number>, tol: number): void {
-    const { ratio, maxDiff, maxRef } = agreement(a, b);
-    const detail = `ratio=${ratio.toExponential(2)} max|a−b|=${maxDiff.toExponential(2)} ` +
-      `max|b|=${maxRef.toExponential(2)}`;
-    this.count++;
-    if (!(ratio <= tol)) throw new Error(`${label}: ${detail} exceeds tolerance ${tol}`);
-    if (ratio >= this.ratio) {
-      this.ratio = ratio;
-      this.label = label;
-      this.detail = detail;
-    }
-  }
-
-  report(what: string): void {
-    console.log(`  ${what}: ${this.count} comparisons, worst ${this.label}: ${this.detail}`);
-  }
-}
-
-function bitsEqual(a: Float64Array | Float32Array, b: Float64Array | Float32Array): boolean {
-  if (a.constructor !== b.constructor || a.length !== b.length) return false;
-  const ua = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
-  const ub = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-  for (let i = 0; i < ua.length; i++) if (ua[i] !== ub[i]) return false;
-  return true;
-}
+import { agreement, bitsEqual, Worst } from "./_compare.ts";
 
 function randomNormal(n: number, seed: number, sd = 1): Float64Array {
   const rand = mulberry32(seed);
@@ -347,7 +295,7 @@ Deno.test("KdaModule.vjp() ops arm gives every group a non-zero finite gradient 
           continue;
         }
         const best = judged.reduce((a, b) =>
-          agreement(analytic, numeric[b]).ratio < agreement(analytic, numeric[a]).ratio ? b : a
+          agreement(analytic, numeric[b]).rel < agreement(analytic, numeric[a]).rel ? b : a
         );
         worst.check(
           `${label} h=${best === 0 ? "1e-5" : "1e-6"}·max(1,|θ|) max|grad|=${

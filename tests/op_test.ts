@@ -14,53 +14,9 @@ import {
   recurrentForward,
   toF64,
 } from "./_bptt.ts";
+import { Worst } from "./_compare.ts";
 
 const GRAD_NAMES = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
-
-interface Agreement {
-  ratio: number;
-  maxDiff: number;
-  maxRef: number;
-}
-
-/** max|a − b| / max|b| with b the reference; NaN anywhere makes the ratio NaN. */
-function agreement(a: ArrayLike<number>, b: ArrayLike<number>): Agreement {
-  assert.equal(a.length, b.length, "compared tensors differ in length");
-  let maxDiff = 0, maxRef = 0, nan = false;
-  for (let i = 0; i < a.length; i++) {
-    const diff = Math.abs(a[i] - b[i]), ref = Math.abs(b[i]);
-    if (Number.isNaN(diff) || Number.isNaN(ref)) nan = true;
-    if (diff > maxDiff) maxDiff = diff;
-    if (ref > maxRef) maxRef = ref;
-  }
-  const ratio = nan ? NaN : maxRef > 0 ? maxDiff / maxRef : maxDiff === 0 ? 0 : Infinity;
-  return { ratio, maxDiff, maxRef };
-}
-
-/** Checks agreements against a tolerance and keeps the worst one for a one-line summary. */
-class Worst {
-  ratio = 0;
-  label = "none";
-  detail = "";
-  count = 0;
-
-  check(label: string, a: ArrayLike<number>, b: ArrayLike<number>, tol: number): void {
-    const { ratio, maxDiff, maxRef } = agreement(a, b);
-    const detail = `ratio=${ratio.toExponential(2)} max|a−b|=${maxDiff.toExponential(2)} ` +
-      `max|b|=${maxRef.toExponential(2)}`;
-    this.count++;
-    if (!(ratio <= tol)) throw new Error(`${label}: ${detail} exceeds tolerance ${tol}`);
-    if (ratio >= this.ratio) {
-      this.ratio = ratio;
-      this.label = label;
-      this.detail = detail;
-    }
-  }
-
-  report(what: string): void {
-    console.log(`  ${what}: ${this.count} comparisons, worst ${this.label}: ${this.detail}`);
-  }
-}
 
 function randomArray(n: number, seed: number): Float64Array {
   const rand = mulberry32(seed);
