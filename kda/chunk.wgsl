@@ -50,19 +50,25 @@ const HAS_DHT: u32 = 2u;
 const SAVE_STATES: u32 = 4u;
 
 const WG: u32 = 256u;
-// Floats per workgroup tile in the scans: K * VT <= TILE and C * VT <= TILE (two tiles, 16 KiB).
+// Workgroup memory: 4096 floats (16 KiB, WebGPU's default limit). The scans split it into two
+// tiles of TILE floats (K * VT <= TILE and C * VT <= TILE); intraChunk stages operands in it.
 const TILE: u32 = 2048u;
+const SHARED: u32 = 4096u;
+// Channels per staged block in the pairwise sums of intraChunk: 4 arrays of C x LP_BLOCK floats.
+const LP_BLOCK: u32 = 8u;
+// Pairs (r, s) per invocation there: C * C / WG at C = 64.
+const LP_PAIRS: u32 = 16u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 // q | k | v | g | beta | h0 | dout | dht, packed
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 // per chunk: G | Glo | W | Kd | Qg | U | P | T | L | gammaC (see workSize)
 @group(0) @binding(2) var<storage, read_write> work: array<f32>;
-// chunk-start states [B, H, NC, K, V]
+// chunk-start states [B, H, NC, V, K] (transposed, see stateScan)
 @group(0) @binding(3) var<storage, read_write> states: array<f32>;
 // forward: o | ht; backward: dq | dk | dv | dg | dbeta | dh0
 @group(0) @binding(4) var<storage, read_write> outp: array<f32>;
-// per chunk: Vn | dVn | dS' (the gradient arriving at the chunk end)
+// per chunk: Vn [C, V] | dVn [C, V] | dS' [V, K] (the gradient arriving at the chunk end, transposed)
 @group(0) @binding(5) var<storage, read_write> bw: array<f32>;
 // per chunk gradient scratch (see gradOffsets)
 @group(0) @binding(6) var<storage, read_write> gs: array<f32>;
@@ -79,8 +85,7 @@ struct ChunkRange {
 }
 @group(1) @binding(0) var<uniform> range: ChunkRange;
 
-var<workgroup> tileA: array<f32, TILE>;
-var<workgroup> tileB: array<f32, TILE>;
+var<workgroup> wgm: array<f32, SHARED>;
 
 // ---- layout helpers ----
 
@@ -196,16 +201,16 @@ fn intraChunk(
   let base = wid * workSize();
 
   // gateCumsum: G_r = sum_{s <= r} g_s, per channel, in token order, in fixed point with 40
-  // fractional bits: a gate g becomes the integer pair (gh, gl) = (floor(256 g), frac(256 g) 2^32)
+  // fractional bits: a gate g becomes the integer pair (floor(256 g), frac(256 g) 2^32)
   for (var d = lid; d < K; d += WG) {
     var accHi = 0i;
     var accLo = 0u;
     for (var r = 0u; r < cv; r++) {
       let scaled = max(x[p.offG + tok(b, t0 + r, h) * K + d], -1.0e4) * 256.0;
       let whole = floor(scaled);
-      let gl = u32((scaled - whole) * 4294967296.0);
-      let lo = accLo + gl;
-      accHi += i32(whole) + select(0i, 1i, lo < gl);
+      let gateLo = u32((scaled - whole) * 4294967296.0);
+      let lo = accLo + gateLo;
+      accHi += i32(whole) + select(0i, 1i, lo < gateLo);
       accLo = lo;
       work[base + wG() + r * K + d] = f32(accHi) * (1.0 / 256.0);
       work[base + wGlo() + r * K + d] = f32(accLo) * (1.0 / 1099511627776.0);
@@ -215,24 +220,71 @@ fn intraChunk(
   stageBarrier();
 
   // pairwiseDecay fused into intraChunk: E_rsd = e^{G_rd - G_sd} is formed inside the dot products
-  // L (strictly lower, scaled by beta_r) and P (lower incl., scaled)
-  for (var e = lid; e < cv * cv; e += WG) {
-    let r = e / cv;
-    let s = e % cv;
-    var l = 0.0;
-    var pq = 0.0;
-    if (s <= r) {
-      let rowR = tok(b, t0 + r, h) * K;
-      let rowS = tok(b, t0 + s, h) * K;
-      for (var d = 0u; d < K; d++) {
-        let ks = x[p.offK + rowS + d] * decay(gateDiff(base, r, s, d));
-        l += x[p.offK + rowR + d] * ks;
-        pq += x[p.offQ + rowR + d] * ks;
+  // L (strictly lower, scaled by beta_r) and P (lower incl., scaled). Each invocation owns up to
+  // LP_PAIRS pairs; k, q and G are staged LP_BLOCK channels at a time so that the reads of rows
+  // r and s come from workgroup memory. Every pair still sums over d in ascending order.
+  var accL: array<f32, LP_PAIRS>;
+  var accP: array<f32, LP_PAIRS>;
+  for (var i = 0u; i < LP_PAIRS; i++) {
+    accL[i] = 0.0;
+    accP[i] = 0.0;
+  }
+  let stageK = 0u;
+  let stageQ = C * LP_BLOCK;
+  let stageGh = 2u * C * LP_BLOCK;
+  let stageGl = 3u * C * LP_BLOCK;
+  for (var d0 = 0u; d0 < K; d0 += LP_BLOCK) {
+    for (var e = lid; e < cv * LP_BLOCK; e += WG) {
+      let r = e / LP_BLOCK;
+      let d = d0 + e % LP_BLOCK;
+      var kv = 0.0;
+      var qv = 0.0;
+      var gateHi = 0.0;
+      var gateLo = 0.0;
+      if (d < K) {
+        let row = tok(b, t0 + r, h) * K + d;
+        kv = x[p.offK + row];
+        qv = x[p.offQ + row];
+        gateHi = work[base + wG() + r * K + d];
+        gateLo = work[base + wGlo() + r * K + d];
+      }
+      wgm[stageK + e] = kv;
+      wgm[stageQ + e] = qv;
+      wgm[stageGh + e] = gateHi;
+      wgm[stageGl + e] = gateLo;
+    }
+    workgroupBarrier();
+    let dn = min(LP_BLOCK, K - d0);
+    for (var i = 0u; i < LP_PAIRS; i++) {
+      let e = lid + i * WG;
+      let r = e / cv;
+      let s = e % cv;
+      if (e < cv * cv && s <= r) {
+        var l = accL[i];
+        var pq = accP[i];
+        for (var dd = 0u; dd < dn; dd++) {
+          let ir = r * LP_BLOCK + dd;
+          let is = s * LP_BLOCK + dd;
+          let diff = (wgm[stageGh + ir] - wgm[stageGh + is]) + (wgm[stageGl + ir] - wgm[stageGl + is]);
+          let ks = wgm[stageK + is] * decay(diff);
+          l += wgm[stageK + ir] * ks;
+          pq += wgm[stageQ + ir] * ks;
+        }
+        accL[i] = l;
+        accP[i] = pq;
       }
     }
-    let betaR = x[p.offBeta + tok(b, t0 + r, h)];
-    work[base + wL() + r * C + s] = select(0.0, betaR * l, s < r);
-    work[base + wP() + r * C + s] = p.scale * pq;
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < LP_PAIRS; i++) {
+    let e = lid + i * WG;
+    if (e < cv * cv) {
+      let r = e / cv;
+      let s = e % cv;
+      let betaR = x[p.offBeta + tok(b, t0 + r, h)];
+      work[base + wL() + r * C + s] = select(0.0, betaR * accL[i], s < r);
+      work[base + wP() + r * C + s] = select(0.0, p.scale * accP[i], s <= r);
+    }
   }
   // gateFactors: Qg = scale Q (.) Gamma, Kd = K (.) e^{G_C - G}
   for (var e = lid; e < cv * K; e += WG) {
@@ -244,19 +296,27 @@ fn intraChunk(
   }
   stageBarrier();
 
-  // T = (I + L)^(-1) by forward substitution; each column solves (I + L) t = e_j on its own
+  // T = (I + L)^(-1) by forward substitution; each column solves (I + L) t = e_j on its own.
+  // T lives in workgroup memory (C * C <= SHARED) while it is built: each step reads a column
+  // entry written by the same invocation one step before.
   for (var j = lid; j < cv; j += WG) {
     for (var i = 0u; i < j; i++) {
-      work[base + wT() + i * C + j] = 0.0;
+      wgm[i * C + j] = 0.0;
     }
-    work[base + wT() + j * C + j] = 1.0;
+    wgm[j * C + j] = 1.0;
     for (var i = j + 1u; i < cv; i++) {
       var acc = 0.0;
       for (var m = j; m < i; m++) {
-        acc += work[base + wL() + i * C + m] * work[base + wT() + m * C + j];
+        acc += work[base + wL() + i * C + m] * wgm[m * C + j];
       }
-      work[base + wT() + i * C + j] = -acc;
+      wgm[i * C + j] = -acc;
     }
+  }
+  workgroupBarrier();
+  for (var e = lid; e < cv * cv; e += WG) {
+    let i = e / cv;
+    let j = e % cv;
+    work[base + wT() + i * C + j] = wgm[i * C + j];
   }
   stageBarrier();
 
@@ -267,7 +327,7 @@ fn intraChunk(
     var acc = 0.0;
     for (var s = 0u; s <= r; s++) {
       let rowS = tok(b, t0 + s, h);
-      acc += work[base + wT() + r * C + s] * x[p.offBeta + rowS] * x[p.offK + rowS * K + d] *
+      acc += wgm[r * C + s] * x[p.offBeta + rowS] * x[p.offK + rowS * K + d] *
         gammaOf(base, s, d);
     }
     work[base + wW() + r * K + d] = acc;
@@ -278,7 +338,7 @@ fn intraChunk(
     var acc = 0.0;
     for (var s = 0u; s <= r; s++) {
       let rowS = tok(b, t0 + s, h);
-      acc += work[base + wT() + r * C + s] * x[p.offBeta + rowS] * x[p.offV + rowS * V + j];
+      acc += wgm[r * C + s] * x[p.offBeta + rowS] * x[p.offV + rowS * V + j];
     }
     work[base + wU() + r * V + j] = acc;
   }
@@ -307,7 +367,7 @@ fn stateScan(
   let save = (p.flags & SAVE_STATES) != 0u;
 
   let htBase = p.B * p.T * p.H * V;
-  // tileA: the state S tile [K, vw]; tileB: Vn [cv, vw]
+  // wgm: the state S tile [K, vw], then Vn [cv, vw] at TILE
   for (var e = lid; e < K * vw; e += WG) {
     let d = e / vw;
     let j = e % vw;
@@ -317,7 +377,7 @@ fn stateScan(
     } else if ((p.flags & HAS_H0) != 0u) {
       s0 = x[p.offH0 + (bh * K + d) * V + v0 + j];
     }
-    tileA[e] = s0;
+    wgm[e] = s0;
   }
   workgroupBarrier();
 
@@ -328,7 +388,10 @@ fn stateScan(
     let sBase = (bh * p.NC + n) * K * V;
     if (save) {
       for (var e = lid; e < K * vw; e += WG) {
-        states[sBase + (e / vw) * V + v0 + e % vw] = tileA[e];
+        // transposed, [V, K]: the chunk-parallel backward reads it with lanes along K
+        let j = e / K;
+        let d = e % K;
+        states[sBase + (v0 + j) * K + d] = wgm[d * vw + j];
       }
     }
     // newValues: Vn = U - W S
@@ -337,9 +400,9 @@ fn stateScan(
       let j = e % vw;
       var ws = 0.0;
       for (var d = 0u; d < K; d++) {
-        ws += work[base + wW() + r * K + d] * tileA[d * vw + j];
+        ws += work[base + wW() + r * K + d] * wgm[d * vw + j];
       }
-      tileB[e] = work[base + wU() + r * V + v0 + j] - ws;
+      wgm[TILE + e] = work[base + wU() + r * V + v0 + j] - ws;
     }
     workgroupBarrier();
     // chunkOutput: O = scale (Q (.) Gamma) S + P Vn
@@ -348,10 +411,10 @@ fn stateScan(
       let j = e % vw;
       var acc = 0.0;
       for (var d = 0u; d < K; d++) {
-        acc += work[base + wQg() + r * K + d] * tileA[d * vw + j];
+        acc += work[base + wQg() + r * K + d] * wgm[d * vw + j];
       }
       for (var s = 0u; s <= r; s++) {
-        acc += work[base + wP() + r * C + s] * tileB[s * vw + j];
+        acc += work[base + wP() + r * C + s] * wgm[TILE + s * vw + j];
       }
       outp[tok(b, t0 + r, h) * V + v0 + j] = acc;
     }
@@ -360,17 +423,17 @@ fn stateScan(
     for (var e = lid; e < K * vw; e += WG) {
       let d = e / vw;
       let j = e % vw;
-      var acc = work[base + wGam() + d] * tileA[e];
+      var acc = work[base + wGam() + d] * wgm[e];
       for (var r = 0u; r < cv; r++) {
-        acc += work[base + wKd() + r * K + d] * tileB[r * vw + j];
+        acc += work[base + wKd() + r * K + d] * wgm[TILE + r * vw + j];
       }
-      tileA[e] = acc;
+      wgm[e] = acc;
     }
     workgroupBarrier();
   }
 
   for (var e = lid; e < K * vw; e += WG) {
-    outp[htBase + (bh * K + e / vw) * V + v0 + e % vw] = tileA[e];
+    outp[htBase + (bh * K + e / vw) * V + v0 + e % vw] = wgm[e];
   }
 }
 
@@ -397,7 +460,7 @@ fn stateScanBackward(
 
   let nQK = p.B * p.T * p.H * K;
   let dh0Base = 3u * nQK + p.B * p.T * p.H * V + p.B * p.T * p.H;
-  // tileA: dS' tile [K, vw]; tileB: dVn [cv, vw]
+  // wgm: the dS' tile [K, vw], then dVn [cv, vw] at TILE
   for (var e = lid; e < K * vw; e += WG) {
     var d0 = 0.0;
     if (range.n1 < p.NC) {
@@ -405,7 +468,7 @@ fn stateScanBackward(
     } else if ((p.flags & HAS_DHT) != 0u) {
       d0 = x[p.offDht + (bh * K + e / vw) * V + v0 + e % vw];
     }
-    tileA[e] = d0;
+    wgm[e] = d0;
   }
   workgroupBarrier();
 
@@ -417,7 +480,9 @@ fn stateScanBackward(
     let sBase = (bh * p.NC + n) * K * V;
     let bBase = (bh * p.NC + n) * bwSize();
     for (var e = lid; e < K * vw; e += WG) {
-      bw[bBase + 2u * C * V + (e / vw) * V + v0 + e % vw] = tileA[e];
+      let j = e / K;
+      let d = e % K;
+      bw[bBase + 2u * C * V + (v0 + j) * K + d] = wgm[d * vw + j];
     }
     for (var e = lid; e < cv * vw; e += WG) {
       let r = e / vw;
@@ -425,18 +490,18 @@ fn stateScanBackward(
       // newValues: Vn = U - W S, kept for intraChunkBackward
       var ws = 0.0;
       for (var d = 0u; d < K; d++) {
-        ws += work[base + wW() + r * K + d] * states[sBase + d * V + v0 + j];
+        ws += work[base + wW() + r * K + d] * states[sBase + (v0 + j) * K + d];
       }
       bw[bBase + r * V + v0 + j] = work[base + wU() + r * V + v0 + j] - ws;
       // stateScanBackward + chunkOutputBackward: dVn = Kd dS' + P^T dO
       var acc = 0.0;
       for (var d = 0u; d < K; d++) {
-        acc += work[base + wKd() + r * K + d] * tileA[d * vw + j];
+        acc += work[base + wKd() + r * K + d] * wgm[d * vw + j];
       }
       for (var s = r; s < cv; s++) {
         acc += work[base + wP() + s * C + r] * x[p.offDout + tok(b, t0 + s, h) * V + v0 + j];
       }
-      tileB[e] = acc;
+      wgm[TILE + e] = acc;
       bw[bBase + C * V + r * V + v0 + j] = acc;
     }
     workgroupBarrier();
@@ -448,16 +513,16 @@ fn stateScanBackward(
       var wv = 0.0;
       for (var r = 0u; r < cv; r++) {
         qo += work[base + wQg() + r * K + d] * x[p.offDout + tok(b, t0 + r, h) * V + v0 + j];
-        wv += work[base + wW() + r * K + d] * tileB[r * vw + j];
+        wv += work[base + wW() + r * K + d] * wgm[TILE + r * vw + j];
       }
-      tileA[e] = work[base + wGam() + d] * tileA[e] + qo - wv;
+      wgm[e] = work[base + wGam() + d] * wgm[e] + qo - wv;
     }
     workgroupBarrier();
   }
 
   // dS after chunk 0 is dh0
   for (var e = lid; e < K * vw; e += WG) {
-    outp[dh0Base + (bh * K + e / vw) * V + v0 + e % vw] = tileA[e];
+    outp[dh0Base + (bh * K + e / vw) * V + v0 + e % vw] = wgm[e];
   }
 }
 
@@ -504,8 +569,8 @@ fn intraChunkBackward(
     var a2 = 0.0;
     var a3 = 0.0;
     for (var j = 0u; j < V; j++) {
-      let sdj = states[sBase + d * V + j];
-      a1 += bw[bBase + r * V + j] * bw[bBase + 2u * C * V + d * V + j];
+      let sdj = states[sBase + j * K + d];
+      a1 += bw[bBase + r * V + j] * bw[bBase + 2u * C * V + j * K + d];
       a2 += x[p.offDout + dRow + j] * sdj;
       a3 += bw[bBase + C * V + r * V + j] * sdj;
     }
@@ -516,7 +581,7 @@ fn intraChunkBackward(
   for (var d = lid; d < K; d += WG) {
     var acc = 0.0;
     for (var j = 0u; j < V; j++) {
-      acc += states[sBase + d * V + j] * bw[bBase + 2u * C * V + d * V + j];
+      acc += states[sBase + j * K + d] * bw[bBase + 2u * C * V + j * K + d];
     }
     gs[gBase + gGam() + d] = acc;
   }

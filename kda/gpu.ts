@@ -8,7 +8,15 @@
 import type { ChunkSize, RawGrads, RawKda } from "./_types.ts";
 import { MAX_HEAD_DIM } from "./_types.ts";
 
-/** What the module knows about the adapter it runs on. */
+/**
+ * What the module knows about the adapter it runs on.
+ *
+ * @example
+ * ```ts
+ * const status = await gpuStatus();
+ * if (status.available) console.log(status.info.limits.maxComputeWorkgroupStorageSize);
+ * ```
+ */
 export interface GpuInfo {
   /** The adapter's description, e.g. "NVIDIA H200" or "llvmpipe (LLVM 15.0.6, 256 bits)". */
   description: string;
@@ -25,7 +33,25 @@ export interface GpuInfo {
   };
 }
 
-/** What the backward needs, kept on the GPU; release it when the backward will not run. */
+/**
+ * What the backward needs, kept on the GPU (the packed inputs, the per-chunk work of intraChunk and
+ * the chunk-start states): nothing is read back until gpuBackward. gpuBackward releases it; call
+ * release() yourself when the backward will not run.
+ *
+ * @example
+ * ```ts
+ * const B = 1, T = 8, H = 1, K = 4, V = 4;
+ * const { saved } = await gpuForward({
+ *   B, T, H, K, V, scale: 0.5,
+ *   q: new Float32Array(B * T * H * K).fill(0.1),
+ *   k: new Float32Array(B * T * H * K).fill(0.5),
+ *   v: new Float32Array(B * T * H * V).fill(1),
+ *   g: new Float32Array(B * T * H * K).fill(-0.1),
+ *   beta: new Float32Array(B * T * H).fill(0.5),
+ * }, { chunkSize: 16, saveForBackward: true });
+ * saved!.release(); // no backward after all
+ * ```
+ */
 export interface GpuSaved {
   /** Frees the GPU buffers; calling it twice is harmless. */
   release(): void;
@@ -36,13 +62,18 @@ export interface GpuSaved {
 // Must match chunk.wgsl.
 const WORKGROUP_SIZE = 256;
 const TILE_FLOATS = 2048;
-const SCAN_WORKGROUP_BYTES = 2 * TILE_FLOATS * 4;
+// Every kernel declares the same 4096 floats of workgroup memory (WebGPU's default 16 KiB).
+const WORKGROUP_BYTES = 2 * TILE_FLOATS * 4;
 const STORAGE_BINDINGS = 6;
 const HAS_H0 = 1, HAS_DHT = 2, SAVE_STATES = 4;
 const PARAM_WORDS = 20;
 const RANGE_BYTES = 16;
+const SCAN_TARGET_GROUPS = 512;
+const MIN_SCAN_TILE = 4;
 // llvmpipe ends an invocation, silently, after 65535 loop iterations counted over all its loops;
-// each scan dispatch covers only as many chunks as keep the busiest invocation under this.
+// each scan dispatch covers only as many chunks as keep the busiest invocation under this. The
+// chunk-parallel kernels stay under it by construction: their busiest invocation runs about 36,000
+// iterations at K = V = 256, C = 64 (intraChunkBackward), and the tests run that shape.
 const LOOP_BUDGET = 60000;
 
 const STAGES = ["intraChunk", "stateScan", "stateScanBackward", "intraChunkBackward"] as const;
@@ -75,6 +106,8 @@ async function loadShader(): Promise<string> {
 async function withErrorScopes<T>(what: string, body: () => T): Promise<T> {
   const device = readyDevice?.device;
   if (device === undefined) throw new Error("No GPU device");
+  // A shader the driver fails to compile surfaces as an internal error, not a validation error.
+  device.pushErrorScope("internal");
   device.pushErrorScope("out-of-memory");
   device.pushErrorScope("validation");
   let result: T | undefined;
@@ -84,13 +117,19 @@ async function withErrorScopes<T>(what: string, body: () => T): Promise<T> {
   } catch (error) {
     thrown = error;
   }
-  // Pop both scopes whatever happened, so that a throw cannot leave them on the device's stack.
-  const validation = await device.popErrorScope();
-  const oom = await device.popErrorScope();
+  // Pop every scope whatever happened, so that a throw cannot leave them on the device's stack, and
+  // pop them before awaiting anything: the scope stack is per device, and a concurrent call must
+  // not push its own scopes between ours.
+  const [validation, oom, internal] = await Promise.all([
+    device.popErrorScope(),
+    device.popErrorScope(),
+    device.popErrorScope(),
+  ]);
   if (validation !== null) {
     throw new Error(`GPU validation error in ${what}: ${validation.message}`);
   }
   if (oom !== null) throw new Error(`GPU out of memory in ${what}: ${oom.message}`);
+  if (internal !== null) throw new Error(`GPU internal error in ${what}: ${internal.message}`);
   if (thrown !== null) throw thrown;
   return result as T;
 }
@@ -110,10 +149,10 @@ async function createDevice(): Promise<DeviceState> {
     maxComputeInvocationsPerWorkgroup: a.maxComputeInvocationsPerWorkgroup,
     maxComputeWorkgroupsPerDimension: a.maxComputeWorkgroupsPerDimension,
   };
-  if (limits.maxComputeWorkgroupStorageSize < SCAN_WORKGROUP_BYTES) {
+  if (limits.maxComputeWorkgroupStorageSize < WORKGROUP_BYTES) {
     throw new Error(
       `The adapter offers ${limits.maxComputeWorkgroupStorageSize} bytes of workgroup memory, ` +
-        `the scans need ${SCAN_WORKGROUP_BYTES}`,
+        `the kernels need ${WORKGROUP_BYTES}`,
     );
   }
   if (limits.maxStorageBuffersPerShaderStage < STORAGE_BINDINGS) {
@@ -141,7 +180,8 @@ async function createDevice(): Promise<DeviceState> {
   });
   device.addEventListener("uncapturederror", (event) => {
     // Every call runs inside error scopes, so this only fires for errors outside them.
-    console.error(`Uncaptured GPU error: ${(event as GPUUncapturedErrorEvent).error.message}`);
+    const error = (event as GPUUncapturedErrorEvent).error;
+    console.error(`Uncaptured GPU error: ${error?.message ?? error}`);
   });
 
   const state: DeviceState = {
@@ -299,7 +339,13 @@ function makePlan(
 ): Plan {
   const { B, T, H, K, V } = shape;
   const NC = Math.ceil(T / C);
-  const VT = Math.min(V, Math.floor(TILE_FLOATS / Math.max(K, C)));
+  // The scans are sequential over chunks and parallel over (b, h, V tile) only: when B·H is small,
+  // narrower tiles give more workgroups and shorter per-invocation loops (same bits: the tiles
+  // never share a sum).
+  let VT = Math.min(V, Math.floor(TILE_FLOATS / Math.max(K, C)));
+  while (VT > MIN_SCAN_TILE && B * H * Math.ceil(V / VT) < SCAN_TARGET_GROUPS) {
+    VT = Math.max(MIN_SCAN_TILE, Math.ceil(VT / 2));
+  }
   const chunks = B * H * NC;
   return {
     B,
@@ -579,7 +625,12 @@ async function readBack(
       encoder.copyBufferToBuffer(source, 0, staging, 0, floats * 4);
       device.queue.submit([encoder.finish()]);
     });
-    await staging.mapAsync(GPUMapMode.READ, 0, floats * 4);
+    try {
+      await staging.mapAsync(GPUMapMode.READ, 0, floats * 4);
+    } catch (error) {
+      const why = lostReason ?? (error instanceof Error ? error.message : String(error));
+      throw new Error(`${what} failed while reading back its results: ${why}`);
+    }
     if (lostReason !== null) throw new Error(`${what} failed: ${lostReason}`);
     const result = new Float32Array(staging.getMappedRange(0, floats * 4).slice(0));
     staging.unmap();
@@ -721,7 +772,7 @@ export async function gpuForward(
   const STORAGE = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
   let saved: SavedState | undefined;
   try {
-    const { inputs, work, states, out, params, bindGroup, ranges } = await withErrorScopes(
+    const { inputs, work, states, out, bindGroup, ranges } = await withErrorScopes(
       "gpuForward (allocation and upload)",
       () => {
         const inputs = make("inputs", at, STORAGE);
@@ -773,7 +824,6 @@ export async function gpuForward(
       for (const buffer of [inputs, work, states]) owned.splice(owned.indexOf(buffer), 1);
       saved = new SavedState(plan, x.scale, flags, offsets, inputs, work, states);
     }
-    void params;
     return {
       o: result.subarray(0, plan.nV),
       ht: result.subarray(plan.nV),

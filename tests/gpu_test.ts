@@ -357,11 +357,16 @@ gpuTest(
   },
 );
 
+gpuTest("concurrent calls give the same bits as consecutive ones", async () => {
+  const here = await determinismHash();
+  const hashes = await Promise.all(Array.from({ length: 6 }, () => determinismHash()));
+  console.log(`  consecutive ${here}, concurrent ${hashes.join(", ")}`);
+  for (const h of hashes) assert.equal(h, here);
+});
+
 gpuTest("two separate processes give bit-identical outputs and gradients", async () => {
   const here = await determinismHash();
   const gpuUrl = new URL("../kda/gpu.ts", import.meta.url).href;
-  const testUrl = new URL("./gpu_test.ts", import.meta.url).href;
-  void testUrl;
   const script = `
     import { gpuBackward, gpuForward } from ${JSON.stringify(gpuUrl)};
     import { mulberry32, randomKda } from ${
