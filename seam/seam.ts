@@ -7,7 +7,13 @@ import type { Arm, ChunkSize, Float, RawKda } from "../kda/_types.ts";
 import { MAX_HEAD_DIM } from "../kda/_types.ts";
 import { type KdaDims, type KdaTensors, recurrentKda } from "../kda/recurrent.ts";
 import { chunkBackward, chunkForward } from "../kda/chunk.ts";
-import { gpuBackward, gpuForward, gpuStatus, gpuUnsupportedReason } from "../kda/gpu.ts";
+import {
+  gpuBackward,
+  gpuForward,
+  type GpuSaved,
+  gpuStatus,
+  gpuUnsupportedReason,
+} from "../kda/gpu.ts";
 
 /** How often each path of the seam was taken since the last reset. */
 export interface SeamCounts {
@@ -106,6 +112,12 @@ export function seamDecisions(): SeamDecision[] {
 
 const ARMS: readonly Arm[] = ["ops", "cpu", "gpu"];
 
+// A GPU node whose tape is dropped without a backward or a dispose would hold its device buffers
+// forever; once its output is collected nothing can run that backward, so free them then.
+const releaseWhenCollected = new FinalizationRegistry<GpuSaved>((saved) => {
+  if (!saved.released) saved.release();
+});
+
 function readEnv(name: string): string | undefined {
   // Without env permission the variable cannot have been meant for us; read it only when granted.
   if (Deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") {
@@ -141,7 +153,7 @@ async function unsupportedReason(
   if (arm === "cpu") return null;
   if (dtype !== "f32") return "the gpu arm runs f32 only: got an f64 tape";
   const status = await gpuStatus();
-  if (!status.available) return `no WebGPU adapter: ${status.reason}`;
+  if (!status.available) return `the gpu arm is unavailable: ${status.reason}`;
   return gpuUnsupportedReason(dims, chunkSize);
 }
 
@@ -300,5 +312,6 @@ export async function dispatchKda(
       if (fwd.saved !== undefined && !fwd.saved.released) fwd.saved.release();
     },
   });
+  if (fwd.saved !== undefined) releaseWhenCollected.register(o, fwd.saved);
   return { o, ht, arm: ran };
 }

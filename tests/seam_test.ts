@@ -8,9 +8,9 @@ import {
   seamCounts,
   seamDecisions,
 } from "../mod.ts";
-import { Tensor } from "../tape/mod.ts";
+import { Tape, Tensor } from "../tape/mod.ts";
 import { chunkForward } from "../kda/chunk.ts";
-import { gpuStatus } from "../kda/gpu.ts";
+import { gpuLiveBuffers, gpuStatus } from "../kda/gpu.ts";
 import { randomKda } from "./_bptt.ts";
 
 const shape = { B: 2, T: 21, H: 2, K: 6, V: 5 };
@@ -226,3 +226,31 @@ Deno.test({
 if (!status.available) {
   console.log(`gpu seam test ${requireGpu ? "required" : "skipped"}: ${status.reason}`);
 }
+
+Deno.test({
+  name: "a gpu node's device buffers are released when its tape is disposed without a backward",
+  ignore: !status.available && !requireGpu,
+  async fn() {
+    if (!status.available) throw new Error(`KDA_REQUIRE_GPU=1 but no adapter: ${status.reason}`);
+    const x = randomKda(shape, 10, { dtype: "f32" });
+    const { B, T, H, K, V } = shape;
+    const before = gpuLiveBuffers();
+    const tape = new Tape("f32");
+    const v = (data: Float64Array | Float32Array, s: number[]) => tape.variable(data, s);
+    const { arm } = await dispatchKda(
+      {
+        q: v(x.q, [B, T, H, K]),
+        k: v(x.k, [B, T, H, K]),
+        v: v(x.v, [B, T, H, V]),
+        g: v(x.g, [B, T, H, K]),
+        beta: v(x.beta, [B, T, H]),
+      },
+      { ...shape, scale: K ** -0.5 },
+      { arm: "gpu", strict: true },
+    );
+    assert.equal(arm, "gpu");
+    assert.ok(gpuLiveBuffers() > before, "the node holds its saved buffers until backward");
+    tape.dispose();
+    assert.equal(gpuLiveBuffers(), before);
+  },
+});
