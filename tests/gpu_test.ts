@@ -25,30 +25,9 @@ import {
   recurrentForward,
   toF64,
 } from "./_bptt.ts";
+import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
-const status = await gpuStatus();
-const requireGpu = Deno.env.get("KDA_REQUIRE_GPU") === "1";
-if (!status.available) {
-  console.log(
-    `gpu_test: no GPU (${status.reason}); ` +
-      (requireGpu ? "KDA_REQUIRE_GPU=1, so every test fails" : "every test is ignored"),
-  );
-}
-
-/** A GPU test: ignored (with the reason printed above) without an adapter, failed if required. */
-function gpuTest(name: string, fn: () => Promise<void>): void {
-  Deno.test({
-    name,
-    ignore: !status.available && !requireGpu,
-    // The device's lost promise stays pending for the life of the process, by design.
-    sanitizeOps: false,
-    sanitizeResources: false,
-    fn: async () => {
-      if (!status.available) throw new Error(`KDA_REQUIRE_GPU=1 but no GPU: ${status.reason}`);
-      await fn();
-    },
-  });
-}
+reportMissingGpu("gpu_test");
 
 const GRAD_NAMES = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
 const LN_09 = Math.log(0.9);

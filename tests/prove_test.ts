@@ -7,7 +7,7 @@ import {
   probeIndices,
   resolvableFloor,
 } from "../checks/compare.ts";
-import { gpuStatus } from "../kda/gpu.ts";
+import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
 const small = { dModel: 16, heads: 2, keyDim: 8, valueDim: 8, decayRank: 4 };
 
@@ -92,24 +92,15 @@ Deno.test("probeIndices() picks the argmax and two large coordinates spread over
   assert.deepEqual(probeIndices([0, 1]), [1]);
 });
 
-const status = await gpuStatus();
-const requireGpu = Deno.env.get("KDA_REQUIRE_GPU") === "1";
-if (!status.available) {
-  console.log(`gpu proof test ${requireGpu ? "required" : "skipped"}: ${status.reason}`);
-}
-Deno.test({
-  name: "runProof() holds on the gpu arm against the f64 reference on the same bytes",
-  ignore: !status.available && !requireGpu,
-  async fn() {
-    if (!status.available) throw new Error(`KDA_REQUIRE_GPU=1 but no adapter: ${status.reason}`);
-    const report = await runProof({ arm: "gpu", config: small, dims: [2, 40] });
-    assert.equal(report.dtype, "f32");
-    assert.ok(report.forward.ok, `forward ${report.forward.rel}`);
-    for (const row of report.reference) assert.ok(row.ok, `${row.name} ${row.agreement.rel}`);
-    assert.ok(report.falsification.ok);
-    assert.ok(report.reproducible.ok, report.reproducible.mismatched.join(", "));
-    assert.equal(report.seam.opsPath, 0);
-    assert.equal(report.seam.declined, 0);
-    assert.ok(report.ok);
-  },
+reportMissingGpu("prove_test");
+gpuTest("runProof() holds on the gpu arm against the f64 reference on the same bytes", async () => {
+  const report = await runProof({ arm: "gpu", config: small, dims: [2, 40] });
+  assert.equal(report.dtype, "f32");
+  assert.ok(report.forward.ok, `forward ${report.forward.rel}`);
+  for (const row of report.reference) assert.ok(row.ok, `${row.name} ${row.agreement.rel}`);
+  assert.ok(report.falsification.ok);
+  assert.ok(report.reproducible.ok, report.reproducible.mismatched.join(", "));
+  assert.equal(report.seam.opsPath, 0);
+  assert.equal(report.seam.declined, 0);
+  assert.ok(report.ok);
 });

@@ -10,7 +10,8 @@ import {
 } from "../mod.ts";
 import { Tape, Tensor } from "../tape/mod.ts";
 import { chunkForward } from "../kda/chunk.ts";
-import { gpuLiveBuffers, gpuStatus } from "../kda/gpu.ts";
+import { gpuLiveBuffers } from "../kda/gpu.ts";
+import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 import { randomKda } from "./_bptt.ts";
 
 const shape = { B: 2, T: 21, H: 2, K: 6, V: 5 };
@@ -195,15 +196,11 @@ Deno.test("the detach switch takes only an explicit true and is recorded", async
   );
 });
 
-const status = await gpuStatus();
-const requireGpu = Deno.env.get("KDA_REQUIRE_GPU") === "1";
+reportMissingGpu("seam_test");
 
-Deno.test({
-  name:
-    "with an adapter, an f32 training step of KdaModule runs the gpu node and never the ops path",
-  ignore: !status.available && !requireGpu,
-  async fn() {
-    if (!status.available) throw new Error(`KDA_REQUIRE_GPU=1 but no adapter: ${status.reason}`);
+gpuTest(
+  "with an adapter, an f32 training step of KdaModule runs the gpu node and never the ops path",
+  async () => {
     const layer = new KdaModule({}, { dtype: "f32" });
     const n = 2 * 64 * 64;
     const x = Float32Array.from({ length: n }, (_, i) => Math.sin(0.01 * i));
@@ -221,17 +218,11 @@ Deno.test({
       assert.ok(g.some((v) => v !== 0), `${name} has a zero gradient`);
     }
   },
-});
+);
 
-if (!status.available) {
-  console.log(`gpu seam test ${requireGpu ? "required" : "skipped"}: ${status.reason}`);
-}
-
-Deno.test({
-  name: "a gpu node's device buffers are released when its tape is disposed without a backward",
-  ignore: !status.available && !requireGpu,
-  async fn() {
-    if (!status.available) throw new Error(`KDA_REQUIRE_GPU=1 but no adapter: ${status.reason}`);
+gpuTest(
+  "a gpu node's device buffers are released when its tape is disposed without a backward",
+  async () => {
     const x = randomKda(shape, 10, { dtype: "f32" });
     const { B, T, H, K, V } = shape;
     const before = gpuLiveBuffers();
@@ -253,4 +244,4 @@ Deno.test({
     tape.dispose();
     assert.equal(gpuLiveBuffers(), before);
   },
-});
+);

@@ -1,0 +1,36 @@
+// Gating shared by every test that needs the GPU: without an adapter such a test prints why and is
+// ignored, unless KDA_REQUIRE_GPU=1 (as CI sets it), which makes it fail instead of skipping.
+
+import { gpuStatus } from "../kda/gpu.ts";
+
+/** The adapter, or why there is none, read once per test file. */
+export const status: Awaited<ReturnType<typeof gpuStatus>> = await gpuStatus();
+/** Whether a missing adapter must fail the GPU tests. */
+export const requireGpu: boolean = Deno.env.get("KDA_REQUIRE_GPU") === "1";
+
+/**
+ * Registers a GPU test: ignored without an adapter (the reason printed once per file), failed if
+ * the GPU is required.
+ */
+export function gpuTest(name: string, fn: () => Promise<void>): void {
+  Deno.test({
+    name,
+    ignore: !status.available && !requireGpu,
+    // The device's lost promise stays pending for the life of the process, by design.
+    sanitizeOps: false,
+    sanitizeResources: false,
+    fn: async () => {
+      if (!status.available) throw new Error(`KDA_REQUIRE_GPU=1 but no GPU: ${status.reason}`);
+      await fn();
+    },
+  });
+}
+
+/** Prints, once per file, why that file's GPU tests will not run (or must fail). */
+export function reportMissingGpu(file: string): void {
+  if (status.available) return;
+  console.log(
+    `${file}: no GPU (${status.reason}); ` +
+      (requireGpu ? "KDA_REQUIRE_GPU=1, so its GPU tests fail" : "its GPU tests are ignored"),
+  );
+}
