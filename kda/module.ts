@@ -182,18 +182,10 @@ export class KdaModule {
       }
       return silu(u);
     };
-    const q = reshape(l2norm(reshape(branch("q_proj.weight", "q_conv_w", H * K), [B * T * H, K])), [
-      B,
-      T,
-      H,
-      K,
-    ]);
-    const k = reshape(l2norm(reshape(branch("k_proj.weight", "k_conv_w", H * K), [B * T * H, K])), [
-      B,
-      T,
-      H,
-      K,
-    ]);
+    // per-head L2 normalisation of q and k
+    const perHead = (u: Tensor) => reshape(l2norm(reshape(u, [B * T * H, K])), [B, T, H, K]);
+    const q = perHead(branch("q_proj.weight", "q_conv_w", H * K));
+    const k = perHead(branch("k_proj.weight", "k_conv_w", H * K));
     const v = reshape(branch("v_proj.weight", "v_conv_w", H * V), [B, T, H, V]);
 
     // decay: g = ln(minDecay) · sigmoid(exp(a_log[h]) · (W_up W_down x + b_alpha))
