@@ -137,4 +137,12 @@ async function main(args: string[]): Promise<number> {
   return report.ok ? 0 : 1;
 }
 
-if (import.meta.main) Deno.exit(await main(Deno.args));
+if (import.meta.main) {
+  try {
+    Deno.exit(await main(Deno.args));
+  } catch (error) {
+    // A refused arm or a bad flag is an answer, not a crash: say it in one line.
+    console.error(`prove: ${error instanceof Error ? error.message : String(error)}`);
+    Deno.exit(2);
+  }
+}
