@@ -24,16 +24,11 @@
 
 import type { ChunkSize, Float, RawCotangents, RawGrads, RawKda } from "./_types.ts";
 import { MAX_HEAD_DIM } from "./_types.ts";
+import { checkChunkSize } from "./config.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Argument checks (cheap; the caller validates everything else)
 // ---------------------------------------------------------------------------------------------
-
-function checkChunkSize(chunkSize: number): void {
-  if (chunkSize !== 16 && chunkSize !== 32 && chunkSize !== 64) {
-    throw new RangeError(`Invalid chunkSize: expected 16, 32 or 64, got ${chunkSize}`);
-  }
-}
 
 function checkLength(name: string, array: Float, formula: string, expected: number): void {
   if (array.length !== expected) {
@@ -849,7 +844,7 @@ export function chunkForward(
   options: { chunkSize: ChunkSize; saveStates?: boolean },
 ): { o: Float; ht: Float; states?: Float } {
   const C = options.chunkSize;
-  checkChunkSize(C);
+  checkChunkSize("options.chunkSize", C);
   checkInputs(x);
   const { B, T, H, K, V } = x;
   const NC = Math.ceil(T / C), KV = K * V;
@@ -926,7 +921,7 @@ export function chunkBackward(
   options: { chunkSize: ChunkSize },
 ): RawGrads {
   const C = options.chunkSize;
-  checkChunkSize(C);
+  checkChunkSize("options.chunkSize", C);
   checkInputs(x);
   const { B, T, H, K, V } = x;
   const NC = Math.ceil(T / C), KV = K * V;
