@@ -1,49 +1,95 @@
-// Raw (tape-free) shapes and arrays shared by the three arms of the KDA op.
-// Layouts are row-major as in DESIGN.md 2.1:
+// The one home of the KDA op's shapes and arrays, shared by the three arms, the seam adapter and
+// the layer. Layouts are row-major (docs/kda.md 2.1):
 //   q, k, g: [B, T, H, K]   v, o: [B, T, H, V]   beta: [B, T, H]   h0, ht: [B, H, K, V]
 
 /** A typed array of either supported precision. */
 export type Float = Float64Array | Float32Array;
 
+/** The element type of a call: every array of one call has the same. */
+export type DType = "f64" | "f32";
+
 /** Supported chunk sizes of the chunked arms. */
 export type ChunkSize = 16 | 32 | 64;
 
-/** The raw inputs of one KDA call; every array has the same element type. */
-export interface RawKda {
-  B: number;
-  T: number;
-  H: number;
-  K: number;
-  V: number;
-  q: Float;
-  k: Float;
-  v: Float;
-  g: Float;
-  beta: Float;
-  /** Initial state [B, H, K, V]; zeros when absent. */
-  h0?: Float;
-  /** Query scale, already resolved (K^(-1/2) by default). */
-  scale: number;
-}
-
-/** Cotangents of the op's two outputs. `dht` absent means zero. */
-export interface RawCotangents {
-  dout: Float;
-  dht?: Float;
-}
-
-/** Gradients of the raw op with respect to each input; `dh0` is always present. */
-export interface RawGrads {
-  dq: Float;
-  dk: Float;
-  dv: Float;
-  dg: Float;
-  dbeta: Float;
-  dh0: Float;
-}
+/** The chunk sizes, in order. */
+export const CHUNK_SIZES: readonly ChunkSize[] = [16, 32, 64];
 
 /** Largest key or value dimension the chunked arms support. */
 export const MAX_HEAD_DIM = 256;
 
 /** Which implementation of the KDA op runs: the tape's recurrence, the CPU chunked node, or WebGPU. */
 export type Arm = "ops" | "cpu" | "gpu";
+
+/** The arms, in fallback order from the fastest. */
+export const ARMS: readonly Arm[] = ["gpu", "cpu", "ops"];
+
+/** The op's dimensions. */
+export interface KdaDims {
+  /** Batch size. */
+  B: number;
+  /** Tokens per sequence. */
+  T: number;
+  /** Heads. */
+  H: number;
+  /** Key dimension per head. */
+  K: number;
+  /** Value dimension per head. */
+  V: number;
+}
+
+/** The op's input arrays, generic over the array type (typed arrays, or tape tensors). */
+export interface KdaArrays<A> {
+  /** Queries [B, T, H, K]. */
+  q: A;
+  /** Keys [B, T, H, K]. */
+  k: A;
+  /** Values [B, T, H, V]. */
+  v: A;
+  /** Per-channel log decays [B, T, H, K], each ≤ 0. */
+  g: A;
+  /** Write strengths [B, T, H]. */
+  beta: A;
+  /** Initial state [B, H, K, V]; zeros when absent. */
+  h0?: A;
+}
+
+/** One validated call of the op as the arms see it: dimensions, arrays and the resolved scale. */
+export interface KdaProblem<A = Float> extends KdaDims, KdaArrays<A> {
+  /** Query scale, resolved (K^(-1/2) unless the caller gave one). */
+  scale: number;
+}
+
+/** Cotangents of the op's two outputs; `dht` absent means zero. */
+export interface KdaCotangents<A = Float> {
+  /** Cotangent of `o`, [B, T, H, V]. */
+  dout: A;
+  /** Cotangent of `ht`, [B, H, K, V]; zero when absent. */
+  dht?: A;
+}
+
+/** The op's outputs. */
+export interface KdaOutputs<A = Float> {
+  /** Outputs [B, T, H, V]. */
+  o: A;
+  /** Final state [B, H, K, V]. */
+  ht: A;
+}
+
+/** Gradients of the op's inputs; `dh0` is always present (the gradient at a zero state if no h0). */
+export interface KdaGrads<A = Float> {
+  /** d/dq [B, T, H, K]. */
+  dq: A;
+  /** d/dk [B, T, H, K]. */
+  dk: A;
+  /** d/dv [B, T, H, V]. */
+  dv: A;
+  /** d/dg [B, T, H, K]. */
+  dg: A;
+  /** d/dbeta [B, T, H]. */
+  dbeta: A;
+  /** d/dh0 [B, H, K, V]. */
+  dh0: A;
+}
+
+/** The names of the gradients, in the order of the inputs. */
+export const GRAD_NAMES: readonly (keyof KdaGrads)[] = ["dq", "dk", "dv", "dg", "dbeta", "dh0"];
