@@ -22,26 +22,35 @@
  * @module
  */
 
-export type { Arm, ChunkSize } from "./kda/_types.ts";
+export type {
+  Arm,
+  ChunkSize,
+  DType,
+  Float,
+  KdaArrays,
+  KdaCotangents,
+  KdaDims,
+  KdaGrads,
+  KdaOutputs,
+} from "./kda/_types.ts";
 export { DEFAULT_CONFIG, type KdaConfig } from "./kda/config.ts";
 export {
+  DEFAULT_CHUNK_SIZE,
   kda,
-  type KdaCotangents,
-  type KdaGrads,
   type KdaInputs,
   type KdaOptions,
-  type KdaOutputs,
   kdaVjp,
-} from "./kda/op.ts";
-export { KdaModule, type KdaModuleRunOptions, parameterNames } from "./kda/module.ts";
-export type { KdaDims, KdaTensors } from "./kda/recurrent.ts";
-export {
-  dispatchKda,
   resetSeamCounts,
-  type SeamCounts,
   seamCounts,
-  type SeamDecision,
   seamDecisions,
-  type SeamOptions,
-} from "./seam/seam.ts";
+} from "./kda/op.ts";
+export {
+  KdaModule,
+  type KdaModuleRunOptions,
+  PARAMETER_TABLE,
+  type ParameterInit,
+  parameterNames,
+  type ParameterSpec,
+} from "./kda/module.ts";
+export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
 export { type Tensor } from "./tape/mod.ts";

@@ -2,11 +2,12 @@
 // independent reference on the same bytes, a falsification that must go red, and a bit-identical
 // rerun. `runProof` returns everything it measured; cli.ts prints it and sets the exit status.
 
-import { KdaModule, type KdaModuleRunOptions } from "../kda/module.ts";
+import { KdaModule, type KdaModuleProofOptions, PARAMETER_TABLE } from "../kda/module.ts";
 import type { Arm } from "../kda/_types.ts";
 import type { KdaConfig } from "../kda/config.ts";
 import { mulberry32, normal, subSeed } from "../kda/_random.ts";
-import { resetSeamCounts, type SeamCounts, seamCounts, seamDecisions } from "../seam/seam.ts";
+import type { SeamCounts } from "../seam/seam.ts";
+import { resetSeamCounts, seamCounts, seamDecisions } from "../kda/op.ts";
 import {
   type Agreement,
   agreement,
@@ -37,7 +38,9 @@ export const EXPECTED_GROUPS: readonly string[] = [
 export const CONV_GROUPS: readonly string[] = ["q_conv_w", "k_conv_w", "v_conv_w"];
 
 /** Groups after the KDA op: the falsification must leave these green. */
-const DOWNSTREAM_GROUPS: readonly string[] = ["o_norm_w", "o_gate.weight", "o_proj.weight"];
+const DOWNSTREAM_GROUPS: readonly string[] = PARAMETER_TABLE.filter((p) => p.afterOp).map((p) =>
+  p.name
+);
 
 /** What `runProof` is told. */
 export interface ProofOptions {
@@ -154,7 +157,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
     m: KdaModule,
     input: Float64Array | Float32Array,
     cot: Float64Array | Float32Array,
-    o: KdaModuleRunOptions,
+    o: KdaModuleProofOptions,
   ) => m.vjp(input, [B, T], cot, o);
 
   resetSeamCounts();

@@ -1,8 +1,9 @@
 // The layer's configuration, its defaults and its validation.
 
 import type { ChunkSize } from "./_types.ts";
+import { checkChunkSize, checkKnownKeys, checkObject, checkPositiveInt } from "./_check.ts";
 
-/** Configuration of a {@linkcode KdaModule} layer (DESIGN.md 2.4). */
+/** Configuration of a {@linkcode KdaModule} layer (docs/kda.md 2.4). */
 export interface KdaConfig {
   /** Model width D. */
   dModel: number;
@@ -50,48 +51,14 @@ export const DEFAULT_CONFIG: Readonly<KdaConfig> = Object.freeze({
 export const CONV_WIDTH = 4;
 
 /**
- * Validates a chunk size.
- *
- * @param name The argument's name for the message.
- * @param value The value.
- * @returns It, typed.
- */
-export function checkChunkSize(name: string, value: unknown): ChunkSize {
-  if (value !== 16 && value !== 32 && value !== 64) {
-    throw new RangeError(`${name} must be 16, 32 or 64: got ${String(value)}`);
-  }
-  return value;
-}
-
-/** Throws unless `value` is a positive integer. */
-export function checkPositiveInt(name: string, value: unknown): number {
-  if (typeof value !== "number" || !Number.isInteger(value) || value <= 0) {
-    throw new RangeError(`${name} must be a positive integer: got ${String(value)}`);
-  }
-  return value;
-}
-
-/**
  * Fills defaults and validates every field.
  *
  * @param config A partial configuration.
  * @returns A complete, frozen configuration.
  */
 export function resolveConfig(config: Partial<KdaConfig> = {}): Readonly<KdaConfig> {
-  if (typeof config !== "object" || config === null) {
-    throw new TypeError(
-      `config must be an object: got ${config === null ? "null" : typeof config}`,
-    );
-  }
-  for (const key of Object.keys(config)) {
-    if (!(key in DEFAULT_CONFIG)) {
-      throw new TypeError(
-        `config.${key} is an unknown field "${key}": expected one of ${
-          Object.keys(DEFAULT_CONFIG).join(", ")
-        }`,
-      );
-    }
-  }
+  checkObject("config", config);
+  checkKnownKeys("config", config, Object.keys(DEFAULT_CONFIG));
   const c = { ...DEFAULT_CONFIG, ...config };
   checkPositiveInt("config.dModel", c.dModel);
   checkPositiveInt("config.heads", c.heads);

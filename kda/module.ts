@@ -1,4 +1,4 @@
-// The KDA layer of DESIGN.md 2.4: projections, optional short convolution, the low-rank decay
+// The KDA layer of docs/kda.md 2.4: projections, optional short convolution, the low-rank decay
 // path, the KDA op (through the seam), the gated RMSNorm and the output projection.
 
 import {
@@ -17,10 +17,18 @@ import {
   Tape,
   Tensor,
 } from "../tape/mod.ts";
-import { dispatchKda } from "../seam/seam.ts";
-import type { Arm } from "./_types.ts";
-import { checkPositiveInt, CONV_WIDTH, type KdaConfig, resolveConfig } from "./config.ts";
-import { checkArray } from "./op.ts";
+import { type DispatchOptions, SEAM_HOOKS } from "../seam/seam.ts";
+import type { Arm, DType, Float } from "./_types.ts";
+import { CONV_WIDTH, type KdaConfig, resolveConfig } from "./config.ts";
+import {
+  checkFloatArray,
+  checkKnownKeys,
+  checkObject,
+  checkOptionalBoolean,
+  checkPositiveInt,
+  typeName,
+} from "./_check.ts";
+import { runKda } from "./arms.ts";
 import { mulberry32, normal, subSeed } from "./_random.ts";
 
 /** Options of {@linkcode KdaModule.forward} and {@linkcode KdaModule.vjp}. */
@@ -29,29 +37,140 @@ export interface KdaModuleRunOptions {
   arm?: Arm;
   /** Throw instead of declining to another arm. */
   strict?: boolean;
+  /** No stderr warning when the KDA op declines (it is still counted and recorded). */
+  quiet?: boolean;
   /**
-   * Falsification switch: the KDA op's outputs come back detached, so no group upstream of it
-   * gets a gradient. For the gradient proof only.
+   * Scan every parameter for NaN and infinity before running (default true): one bad value would
+   * turn every output into NaN. Set false to skip the scan when the parameters are known good.
    */
-  detachKdaOutputs?: boolean;
+  checkParameters?: boolean;
 }
 
-/** Parameter group names in the order of DESIGN.md 2.4, without and with the short conv. */
-export function parameterNames(shortConv: boolean): string[] {
-  return [
-    "q_proj.weight",
-    "k_proj.weight",
-    "v_proj.weight",
-    ...(shortConv ? ["q_conv_w", "k_conv_w", "v_conv_w"] : []),
-    "decay.w_down.weight",
+/**
+ * The proof's private run options: the falsification switch and planted defects. Not exported by
+ * the package's entry point.
+ */
+export interface KdaModuleProofOptions extends KdaModuleRunOptions {
+  /** Return the KDA op's outputs detached, so no group upstream of it gets a gradient. */
+  detachKdaOutputs?: boolean;
+  /** Planted defects of the seam. */
+  [SEAM_HOOKS]?: DispatchOptions[typeof SEAM_HOOKS];
+}
+
+const RUN_KEYS = ["arm", "strict", "quiet", "checkParameters", "detachKdaOutputs"];
+
+/** How a parameter group is initialised (docs/kda.md 2.4). */
+export type ParameterInit = "normal" | "aLog" | "bAlpha" | "ones";
+
+/** One parameter group: its name, its shape from the config, its initialisation and its role. */
+export interface ParameterSpec {
+  /** The group's name. */
+  readonly name: string;
+  /** Its shape under a config. */
+  readonly shape: (c: Readonly<KdaConfig>) => number[];
+  /** How it is initialised. */
+  readonly init: ParameterInit;
+  /** Whether the group exists only with the short convolution. */
+  readonly conv: boolean;
+  /** Whether it acts after the KDA op (its gradient does not flow through the op). */
+  readonly afterOp: boolean;
+  /** What it does. */
+  readonly role: string;
+}
+
+function spec(
+  name: string,
+  shape: (c: Readonly<KdaConfig>) => number[],
+  init: ParameterInit,
+  role: string,
+  flags: { conv?: boolean; afterOp?: boolean } = {},
+): ParameterSpec {
+  return Object.freeze({
+    name,
+    shape,
+    init,
+    role,
+    conv: flags.conv ?? false,
+    afterOp: flags.afterOp ?? false,
+  });
+}
+
+/**
+ * The layer's parameter groups in the order of docs/kda.md 2.4: the one table that drives
+ * construction, {@linkcode KdaModule.parameters} and the tests.
+ *
+ * @example Usage
+ * ```ts
+ * import { PARAMETER_TABLE } from "@deltanet/kda";
+ * PARAMETER_TABLE.filter((p) => !p.conv).length; // 11
+ * ```
+ */
+export const PARAMETER_TABLE: readonly ParameterSpec[] = Object.freeze([
+  spec("q_proj.weight", (c) => [c.heads * c.keyDim, c.dModel], "normal", "query projection"),
+  spec("k_proj.weight", (c) => [c.heads * c.keyDim, c.dModel], "normal", "key projection"),
+  spec("v_proj.weight", (c) => [c.heads * c.valueDim, c.dModel], "normal", "value projection"),
+  spec("q_conv_w", (c) => [c.heads * c.keyDim, CONV_WIDTH], "normal", "query short conv", {
+    conv: true,
+  }),
+  spec("k_conv_w", (c) => [c.heads * c.keyDim, CONV_WIDTH], "normal", "key short conv", {
+    conv: true,
+  }),
+  spec("v_conv_w", (c) => [c.heads * c.valueDim, CONV_WIDTH], "normal", "value short conv", {
+    conv: true,
+  }),
+  spec("decay.w_down.weight", (c) => [c.decayRank, c.dModel], "normal", "decay path, D to R"),
+  spec(
     "decay.w_up.weight",
-    "decay.b_alpha",
-    "decay.a_log",
-    "beta_proj.weight",
-    "o_norm_w",
-    "o_gate.weight",
-    "o_proj.weight",
-  ];
+    (c) => [c.heads * c.keyDim, c.decayRank],
+    "normal",
+    "decay path, R to H·K",
+  ),
+  spec("decay.b_alpha", (c) => [c.heads * c.keyDim], "bAlpha", "per-channel decay bias"),
+  spec("decay.a_log", (c) => [c.heads], "aLog", "per-head decay sharpness"),
+  spec("beta_proj.weight", (c) => [c.heads, c.dModel], "normal", "write strength"),
+  spec("o_norm_w", (c) => [c.valueDim], "ones", "output RMSNorm weight", { afterOp: true }),
+  spec("o_gate.weight", (c) => [c.heads * c.valueDim, c.dModel], "normal", "output gate", {
+    afterOp: true,
+  }),
+  spec("o_proj.weight", (c) => [c.dModel, c.heads * c.valueDim], "normal", "output projection", {
+    afterOp: true,
+  }),
+]);
+
+/**
+ * The parameter group names in table order, without and with the short conv.
+ *
+ * @param shortConv Whether the layer has the short convolution.
+ * @returns 11 names, or 14 with the short conv.
+ *
+ * @example Usage
+ * ```ts
+ * import { parameterNames } from "@deltanet/kda";
+ * parameterNames(true).length; // 14
+ * ```
+ */
+export function parameterNames(shortConv: boolean): string[] {
+  return PARAMETER_TABLE.filter((p) => shortConv || !p.conv).map((p) => p.name);
+}
+
+/** A draw of one group's initial values (docs/kda.md 2.4), from its own seeded stream. */
+function initialDraw(init: ParameterInit, seed: number, name: string): () => number {
+  const uniform = mulberry32(subSeed(seed, name));
+  switch (init) {
+    case "normal": {
+      const n = normal(uniform);
+      return () => 0.02 * n();
+    }
+    case "aLog":
+      return () => Math.log(1 + 15 * uniform());
+    case "bAlpha": {
+      // inverse softplus of dt = exp(U[ln 1e-3, ln 0.1]): ln(e^dt − 1)
+      const lo = Math.log(1e-3), hi = Math.log(0.1);
+      return () => Math.log(Math.expm1(Math.exp(lo + (hi - lo) * uniform())));
+    }
+    case "ones":
+      return () => 1;
+  }
 }
 
 /**
@@ -70,7 +189,7 @@ export class KdaModule {
   /** The resolved configuration. */
   readonly config: Readonly<KdaConfig>;
   /** The element type of the parameters and of every computation. */
-  readonly dtype: "f64" | "f32";
+  readonly dtype: DType;
   readonly #params: Map<string, Tensor>;
 
   /**
@@ -79,13 +198,9 @@ export class KdaModule {
    * @param config Fields to override in {@linkcode DEFAULT_CONFIG}.
    * @param options `dtype`: "f64" (default) or "f32".
    */
-  constructor(config: Partial<KdaConfig> = {}, options: { dtype?: "f64" | "f32" } = {}) {
+  constructor(config: Partial<KdaConfig> = {}, options: { dtype?: DType } = {}) {
     this.config = resolveConfig(config);
-    if (typeof options !== "object" || options === null) {
-      throw new TypeError(
-        `options must be an object: got ${options === null ? "null" : typeof options}`,
-      );
-    }
+    checkKnownKeys("options", checkObject("options", options), ["dtype"]);
     const dtype = options.dtype ?? "f64";
     if (dtype !== "f64" && dtype !== "f32") {
       throw new TypeError(`options.dtype must be "f64" or "f32": got ${String(dtype)}`);
@@ -95,48 +210,14 @@ export class KdaModule {
   }
 
   #initialise(): Map<string, Tensor> {
-    const { dModel: D, heads: H, keyDim: K, valueDim: V, decayRank: R, seed } = this.config;
     const params = new Map<string, Tensor>();
-    const make = (name: string, shape: number[], draw: () => number) => {
+    for (const p of PARAMETER_TABLE) {
+      if (p.conv && !this.config.shortConv) continue;
+      const shape = p.shape(this.config);
       const data = alloc(this.dtype, shape.reduce((a, b) => a * b, 1));
+      const draw = initialDraw(p.init, this.config.seed, p.name);
       for (let i = 0; i < data.length; i++) data[i] = draw();
-      params.set(name, new Tensor(data, shape));
-    };
-    const gaussian = (name: string) => {
-      const n = normal(mulberry32(subSeed(seed, name)));
-      return () => 0.02 * n();
-    };
-    const uniform = (name: string) => mulberry32(subSeed(seed, name));
-    const shapes: Record<string, number[]> = {
-      "q_proj.weight": [H * K, D],
-      "k_proj.weight": [H * K, D],
-      "v_proj.weight": [H * V, D],
-      "q_conv_w": [H * K, CONV_WIDTH],
-      "k_conv_w": [H * K, CONV_WIDTH],
-      "v_conv_w": [H * V, CONV_WIDTH],
-      "decay.w_down.weight": [R, D],
-      "decay.w_up.weight": [H * K, R],
-      "decay.b_alpha": [H * K],
-      "decay.a_log": [H],
-      "beta_proj.weight": [H, D],
-      "o_norm_w": [V],
-      "o_gate.weight": [H * V, D],
-      "o_proj.weight": [D, H * V],
-    };
-    for (const name of parameterNames(this.config.shortConv)) {
-      if (name === "decay.a_log") {
-        const u = uniform(name);
-        make(name, shapes[name], () => Math.log(1 + 15 * u()));
-      } else if (name === "decay.b_alpha") {
-        // inverse softplus of dt = exp(U[ln 1e-3, ln 0.1]): ln(e^dt − 1)
-        const u = uniform(name);
-        const lo = Math.log(1e-3), hi = Math.log(0.1);
-        make(name, shapes[name], () => Math.log(Math.expm1(Math.exp(lo + (hi - lo) * u()))));
-      } else if (name === "o_norm_w") {
-        make(name, shapes[name], () => 1);
-      } else {
-        make(name, shapes[name], gaussian(name));
-      }
+      params.set(p.name, new Tensor(data, shape));
     }
     return params;
   }
@@ -153,19 +234,41 @@ export class KdaModule {
 
   #checkInput(x: unknown, dims: unknown): [number, number] {
     if (!Array.isArray(dims) || dims.length !== 2) {
-      throw new TypeError(`dims must be [B, T]: got ${JSON.stringify(dims)}`);
+      throw new TypeError(
+        `dims must be [B, T]: got ${Array.isArray(dims) ? JSON.stringify(dims) : typeName(dims)}`,
+      );
     }
     const B = checkPositiveInt("dims[0] (B)", dims[0]);
     const T = checkPositiveInt("dims[1] (T)", dims[1]);
-    checkArray("x", x, B * T * this.config.dModel, this.dtype, "[B, T, D]");
+    checkFloatArray("x", x, B * T * this.config.dModel, this.dtype, "[B, T, D]");
     return [B, T];
+  }
+
+  #checkOptions(options: unknown): KdaModuleProofOptions {
+    const o = checkObject("options", options) as KdaModuleProofOptions;
+    checkKnownKeys("options", o, RUN_KEYS);
+    checkOptionalBoolean("options.detachKdaOutputs", o.detachKdaOutputs);
+    if (checkOptionalBoolean("options.checkParameters", o.checkParameters) !== false) {
+      for (const [name, p] of this.#params) {
+        const d = p.data;
+        for (let i = 0; i < d.length; i++) {
+          if (!Number.isFinite(d[i])) {
+            throw new RangeError(
+              `parameter ${name} must be finite: got ${d[i]} at index ${i} ` +
+                `(set options.checkParameters to false to skip this scan)`,
+            );
+          }
+        }
+      }
+    }
+    return o;
   }
 
   async #run(
     x: Float64Array | Float32Array,
     [B, T]: [number, number],
     tape: Tape | undefined,
-    options: KdaModuleRunOptions,
+    options: KdaModuleProofOptions,
   ): Promise<{ y: Tensor; params: Map<string, Tensor> }> {
     const { dModel: D, heads: H, keyDim: K, valueDim: V, shortConv, minDecay, chunkSize } =
       this.config;
@@ -200,11 +303,20 @@ export class KdaModule {
     );
     const beta = reshape(sigmoid(linear(rows, w("beta_proj.weight"))), [B, T, H]);
 
-    const { o } = await dispatchKda({ q, k, v, g, beta }, { B, T, H, K, V, scale: K ** -0.5 }, {
+    const { o } = await runKda({ q, k, v, g, beta }, {
+      B,
+      T,
+      H,
+      K,
+      V,
+      scale: K ** -0.5,
+      chunkSize,
+    }, {
       arm: options.arm,
       strict: options.strict,
-      chunkSize,
+      quiet: options.quiet,
       detachOutputs: options.detachKdaOutputs,
+      ...(options[SEAM_HOOKS] ? { [SEAM_HOOKS]: options[SEAM_HOOKS] } : {}),
     });
 
     // y = RMSNorm_V(o) ⊙ o_norm_w ⊙ sigmoid(x W_gateᵀ), then the output projection
@@ -220,16 +332,17 @@ export class KdaModule {
    *
    * @param x Input [B, T, D], of the layer's dtype.
    * @param dims `[B, T]`.
-   * @param options `arm`, `strict`.
-   * @returns The output [B, T, D].
+   * @param options `arm`, `strict`, `quiet`, `checkParameters`.
+   * @returns The output [B, T, D], of the input's element type.
    */
-  async forward(
-    x: Float64Array | Float32Array,
+  async forward<F extends Float>(
+    x: F,
     dims: [number, number],
     options: KdaModuleRunOptions = {},
-  ): Promise<Float64Array | Float32Array> {
+  ): Promise<F> {
     const [B, T] = this.#checkInput(x, dims);
-    return (await this.#run(x, [B, T], undefined, options)).y.data;
+    const checked = this.#checkOptions(options);
+    return (await this.#run(x, [B, T], undefined, checked)).y.data as F;
   }
 
   /**
@@ -238,24 +351,28 @@ export class KdaModule {
    * @param x Input [B, T, D], of the layer's dtype.
    * @param dims `[B, T]`.
    * @param dy Cotangent of the output, [B, T, D].
-   * @param options `arm`, `strict`, and the falsification switch `detachKdaOutputs`.
-   * @returns The output `y` and `grads` keyed by group name (zeros for a group nothing reached).
+   * @param options `arm`, `strict`, `quiet`, `checkParameters`.
+   * @returns The output `y` and `grads` keyed by group name (zeros for a group nothing reached),
+   *   of the input's element type.
    */
-  async vjp(
-    x: Float64Array | Float32Array,
+  async vjp<F extends Float>(
+    x: F,
     dims: [number, number],
-    dy: Float64Array | Float32Array,
+    dy: F,
     options: KdaModuleRunOptions = {},
-  ): Promise<{ y: Float64Array | Float32Array; grads: Map<string, Float64Array | Float32Array> }> {
+  ): Promise<{ y: F; grads: Map<string, F> }> {
     const [B, T] = this.#checkInput(x, dims);
-    checkArray("dy", dy, B * T * this.config.dModel, this.dtype, "[B, T, D]");
+    checkFloatArray("dy", dy, B * T * this.config.dModel, this.dtype, "[B, T, D]");
+    const checked = this.#checkOptions(options);
     const tape = new Tape(this.dtype);
     try {
-      const { y, params } = await this.#run(x, [B, T], tape, options);
+      const { y, params } = await this.#run(x, [B, T], tape, checked);
       const byTensor = await tape.backward(y, dy);
-      const grads = new Map<string, Float64Array | Float32Array>();
-      for (const [name, p] of params) grads.set(name, byTensor.get(p) ?? alloc(this.dtype, p.size));
-      return { y: y.data, grads };
+      const grads = new Map<string, F>();
+      for (const [name, p] of params) {
+        grads.set(name, (byTensor.get(p) ?? alloc(this.dtype, p.size)) as F);
+      }
+      return { y: y.data as F, grads };
     } finally {
       tape.dispose();
     }

@@ -1,317 +1,462 @@
-// The one place that decides which arm runs the KDA op, and keeps count of what really ran.
-// Every decision is made before any arm computes, so no forward ever runs and is then discarded:
-// the custom node's forward values are the values the caller receives.
+// A generic dispatcher for an op with several implementations ("arms"). It knows no particular op:
+// the op hands it its arms, its policy (default arm, environment variable names) and its output
+// shapes. The seam picks the arm that runs each call, builds the one custom tape node of a fused
+// arm (or lets a composite arm record itself on the tape), counts what ran, and records every
+// decline with its reason. Every decision is made before any arm computes, so no fused forward
+// ever runs and is then discarded: the node's forward values are exactly what the caller receives.
 
-import { alloc, customNode, type Data, tapeOf, type Tensor } from "../tape/mod.ts";
-import type { Arm, ChunkSize, Float, RawKda } from "../kda/_types.ts";
-import { MAX_HEAD_DIM } from "../kda/_types.ts";
-import { type KdaDims, type KdaTensors, recurrentKda } from "../kda/recurrent.ts";
-import { chunkBackward, chunkForward } from "../kda/chunk.ts";
 import {
-  gpuBackward,
-  gpuForward,
-  type GpuSaved,
-  gpuStatus,
-  gpuUnsupportedReason,
-} from "../kda/gpu.ts";
+  customNode,
+  type Data,
+  type DType,
+  type MaybePromise,
+  tapeOf,
+  type Tensor,
+} from "../tape/mod.ts";
 
-/** How often each path of the seam was taken since the last reset. */
+/** How often each path of a seam was taken since its last reset. */
 export interface SeamCounts {
-  /** Calls of the KDA op. */
+  /** Calls of the op. */
   asked: number;
-  /** Forwards run by a fused (chunked custom-node) arm, `cpu` or `gpu`. */
+  /** Forwards run by a fused (custom-node) arm. */
   fusedFwd: number;
   /** Backwards a fused arm completed. */
   fusedBwd: number;
   /** Calls that ran another arm than the one wanted. */
   declined: number;
-  /** Calls run by the `ops` arm (the tape's recurrence). */
+  /** Calls run by a composite arm (recorded on the tape from primitive ops). */
   opsPath: number;
   /** Entries into a custom node's backward. */
   customNodeBwd: number;
 }
 
-/** A call that did not run as wanted, or ran with its outputs detached on request. */
+/** A call that did not run as wanted, ran detached, or whose arm was chosen by a default rule. */
 export interface SeamDecision {
   /** The arm the call wanted. */
-  wanted: Arm;
+  wanted: string;
   /** The arm that ran. */
-  ran: Arm;
+  ran: string;
   /** Why, in words. */
   reason: string;
+  /** 1-based position of this decision among all recorded since the last reset. */
+  index: number;
 }
 
-/** Options of one dispatch. */
-export interface SeamOptions {
-  /** The arm to run; default: `KDA_REQUIRE_ARM`, else `gpu` for f32 and `cpu` for f64 work. */
-  arm?: Arm;
-  /** Chunk size of the chunked arms (default 16). */
-  chunkSize?: ChunkSize;
-  /** Throw instead of declining; default: on when `KDA_REQUIRE_ARM` is set. */
-  strict?: boolean;
+/** What every arm says before it runs: a reason it cannot run this call, or null. */
+interface ArmBase<R> {
+  /** The arm's name, as callers ask for it. */
+  readonly name: string;
   /**
-   * Falsification switch for the gradient checks: return the custom node's outputs as leaves, so
-   * nothing upstream of the op gets a gradient. Recorded in the decisions.
+   * Why this arm cannot run the call, or null when it can.
+   *
+   * @param request The op's request (dimensions and settings).
+   * @param dtype The element type of the inputs.
    */
-  detachOutputs?: boolean;
+  whyNot(request: R, dtype: DType): MaybePromise<string | null>;
 }
 
-const counts: SeamCounts = {
-  asked: 0,
-  fusedFwd: 0,
-  fusedBwd: 0,
-  declined: 0,
-  opsPath: 0,
-  customNodeBwd: 0,
-};
-const decisions: SeamDecision[] = [];
-
-/**
- * A snapshot of the seam's counters.
- *
- * @returns The counts since the last {@linkcode resetSeamCounts}.
- *
- * @example Usage
- * ```ts
- * import { seamCounts } from "@deltanet/kda";
- * const { asked, declined } = seamCounts();
- * ```
- */
-export function seamCounts(): SeamCounts {
-  return { ...counts };
+/** An arm that computes the op as one custom tape node with its own backward. */
+export interface FusedArm<R, S = unknown> extends ArmBase<R> {
+  /** Marks a fused arm. */
+  readonly kind: "fused";
+  /**
+   * Computes the outputs; with `save`, also what `backward` needs.
+   *
+   * @param request The op's request.
+   * @param inputs The inputs' values, in the op's order (undefined for an absent optional input).
+   * @param save Whether a backward will follow (keep what it needs).
+   */
+  forward(
+    request: R,
+    inputs: readonly (Data | undefined)[],
+    save: boolean,
+  ): MaybePromise<{ outputs: Data[]; saved?: S }>;
+  /**
+   * Maps the outputs' cotangents (null where none arrived) to the inputs' (null for none). May run
+   * several times, concurrently too, on one saved state.
+   */
+  backward(saved: S, cotangents: readonly (Data | null)[]): MaybePromise<(Data | null)[]>;
+  /** Frees what `saved` holds (device buffers); called once, when the tape is disposed or the output collected. */
+  release?(saved: S): void;
 }
 
-/**
- * Zeroes the counters and forgets the recorded decisions.
- *
- * @example Usage
- * ```ts
- * import { resetSeamCounts } from "@deltanet/kda";
- * resetSeamCounts();
- * ```
- */
-export function resetSeamCounts(): void {
-  for (const key of Object.keys(counts) as (keyof SeamCounts)[]) counts[key] = 0;
-  decisions.length = 0;
+/** An arm that records the op on the tape from primitive ops, so the tape differentiates it. */
+export interface CompositeArm<R> extends ArmBase<R> {
+  /** Marks a composite arm. */
+  readonly kind: "composite";
+  /** Records the op and returns its outputs. */
+  record(request: R, inputs: readonly (Tensor | undefined)[]): Tensor[];
 }
 
-/**
- * The declines (and detached runs) recorded since the last reset, oldest first.
- *
- * @returns A copy of the decision list.
- *
- * @example Usage
- * ```ts
- * import { seamDecisions } from "@deltanet/kda";
- * for (const d of seamDecisions()) console.log(d.wanted, "->", d.ran, d.reason);
- * ```
- */
-export function seamDecisions(): SeamDecision[] {
-  return decisions.map((d) => ({ ...d }));
-}
+/** One implementation of an op. */
+export type SeamArm<R> = FusedArm<R> | CompositeArm<R>;
 
-const ARMS: readonly Arm[] = ["ops", "cpu", "gpu"];
-
-// A GPU node whose tape is dropped without a backward or a dispose would hold its device buffers
-// forever; once its output is collected nothing can run that backward, so free them then.
-const releaseWhenCollected = new FinalizationRegistry<GpuSaved>((saved) => {
-  if (!saved.released) saved.release();
-});
-
-function readEnv(name: string): string | undefined {
-  // Without env permission the variable cannot have been meant for us; read it only when granted.
-  if (Deno.permissions.querySync({ name: "env", variable: name }).state !== "granted") {
-    return undefined;
-  }
-  const value = Deno.env.get(name);
-  if (value === undefined || value === "") return undefined;
-  if (!(ARMS as readonly string[]).includes(value)) {
-    throw new RangeError(`${name} must be one of ops, cpu, gpu: got ${value}`);
-  }
-  return value;
-}
-
-function checkArm(value: unknown): Arm | undefined {
-  if (value === undefined) return undefined;
-  if (!(ARMS as readonly unknown[]).includes(value)) {
-    throw new RangeError(`options.arm must be "ops", "cpu" or "gpu": got ${String(value)}`);
-  }
-  return value as Arm;
-}
-
-/** Why `arm` cannot run this call, or null when it can. Asks the GPU only when needed. */
-async function unsupportedReason(
-  arm: Arm,
-  dims: KdaDims,
-  dtype: "f64" | "f32",
-  chunkSize: ChunkSize,
-): Promise<string | null> {
-  if (arm === "ops") return null;
-  if (dims.K > MAX_HEAD_DIM || dims.V > MAX_HEAD_DIM) {
-    return `K = ${dims.K} and V = ${dims.V} must be at most ${MAX_HEAD_DIM} on the ${arm} arm`;
-  }
-  if (arm === "cpu") return null;
-  if (dtype !== "f32") return "the gpu arm runs f32 only: got an f64 tape";
-  const status = await gpuStatus();
-  if (!status.available) return `the gpu arm is unavailable: ${status.reason}`;
-  return gpuUnsupportedReason(dims, chunkSize);
-}
-
-/** The arm a call runs, after the caller's wish, the environment and each arm's limits. */
-async function chooseArm(
-  dims: KdaDims,
-  dtype: "f64" | "f32",
-  chunkSize: ChunkSize,
-  options: SeamOptions,
-): Promise<{ wanted: Arm; ran: Arm; reasons: string[] }> {
-  const requireArm = readEnv("KDA_REQUIRE_ARM") as Arm | undefined;
-  const explicit = checkArm(options.arm);
-  const wanted: Arm = explicit ?? requireArm ?? (dtype === "f32" ? "gpu" : "cpu");
-  if (options.strict !== undefined && typeof options.strict !== "boolean") {
-    throw new TypeError(`options.strict must be a boolean: got ${typeof options.strict}`);
-  }
-  const strict = options.strict ?? requireArm !== undefined;
-  const reasons: string[] = [];
-  let arm = wanted;
-  const forced = explicit === undefined ? readEnv("KDA_ARM") as Arm | undefined : undefined;
-  if (forced !== undefined && forced !== wanted) {
-    reasons.push(`forced by KDA_ARM=${forced}`);
-    arm = forced;
-  }
-  // Fall back gpu -> cpu -> ops, recording each reason; ops always runs.
-  for (;;) {
-    const reason = await unsupportedReason(arm, dims, dtype, chunkSize);
-    if (reason === null) break;
-    reasons.push(reason);
-    arm = arm === "gpu" ? "cpu" : "ops";
-  }
-  if (arm !== wanted && strict) {
-    throw new Error(
-      `KDA arm ${wanted} was required but cannot run: ${reasons.join("; ")}`,
-    );
-  }
-  return { wanted, ran: arm, reasons };
-}
-
-function rawOf(x: KdaTensors, dims: KdaDims, queryScale: number): RawKda {
-  return {
-    ...dims,
-    q: x.q.data,
-    k: x.k.data,
-    v: x.v.data,
-    g: x.g.data,
-    beta: x.beta.data,
-    h0: x.h0?.data,
-    scale: queryScale,
+/** What an op tells its seam once. */
+export interface SeamPolicy<R> {
+  /** The op's name, for node names and messages. */
+  op: string;
+  /** The arms, fastest first; a declined arm falls back to the next one in this list. */
+  arms: readonly SeamArm<R>[];
+  /**
+   * The arm a call runs when neither the caller nor the environment names one, with the reason to
+   * record when the rule itself is worth telling (e.g. a software adapter), else null.
+   */
+  defaultArm(request: R, dtype: DType): MaybePromise<{ arm: string; note: string | null }>;
+  /** The shapes of the outputs of a call. */
+  outputShapes(request: R): number[][];
+  /** Names of the environment variables the seam honours. */
+  env: {
+    /** Forces an arm for calls that name none; recorded as a decline. */
+    force: string;
+    /** Requires an arm: the default for calls that name none, and strict mode for every call. */
+    require: string;
+    /** "1" silences the once-per-process stderr warning of each distinct decline. */
+    quiet: string;
   };
 }
 
-/** The op's inputs in the order the custom nodes list them. */
-function inputList(x: KdaTensors): (Tensor | undefined)[] {
-  return [x.q, x.k, x.v, x.g, x.beta, x.h0];
+/**
+ * Test hooks of a call, for the proof's planted defects; reachable only through this symbol, which
+ * the package's entry point does not export.
+ */
+export const SEAM_HOOKS: unique symbol = Symbol("seam hooks");
+
+/** Planted defects a call can carry (see {@linkcode SEAM_HOOKS}). */
+export interface SeamHooks {
+  /** Rewrites a fused arm's forward outputs before the caller sees them. */
+  mapOutputs?: (outputs: Data[]) => Data[];
+  /** Rewrites a fused arm's input cotangents before the tape accumulates them. */
+  mapGradients?: (gradients: (Data | null)[]) => (Data | null)[];
+  /** Runs the fused forward, throws its result away, and lets the composite arm carry the call. */
+  discardFused?: boolean;
+  /** Runs the composite arm while the counters and the decision log report the fused arm. */
+  mislabel?: boolean;
 }
 
-function gradList(
-  grads: { dq: Data; dk: Data; dv: Data; dg: Data; dbeta: Data; dh0: Data },
-  hasH0: boolean,
-): (Data | null)[] {
-  return [grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, hasH0 ? grads.dh0 : null];
+/** Options of one dispatch. */
+export interface DispatchOptions {
+  /** The arm to run; default: the policy's require variable, else its default rule. */
+  arm?: string;
+  /** Throw instead of declining; default: on when the require variable is set. */
+  strict?: boolean;
+  /** No stderr warning for a decline (the decision is still recorded). */
+  quiet?: boolean;
+  /**
+   * Falsification switch of the gradient checks: a fused arm's outputs come back as leaves, so
+   * nothing upstream of the op gets a gradient. Recorded in the decisions.
+   */
+  detachOutputs?: boolean;
+  /** Planted defects, for the proof's mutants only. */
+  [SEAM_HOOKS]?: SeamHooks;
+}
+
+/** How many decisions a seam keeps; older ones are dropped (their count is kept in `index`). */
+const DECISION_LOG_SIZE = 64;
+
+/** Reads an environment variable, or says why it cannot be read. */
+function readEnv(name: string): { value: string | undefined; unreadable: boolean } {
+  let state: Deno.PermissionState;
+  try {
+    state = Deno.permissions.querySync({ name: "env", variable: name }).state;
+  } catch {
+    state = "denied";
+  }
+  if (state !== "granted") return { value: undefined, unreadable: true };
+  const value = Deno.env.get(name);
+  return { value: value === undefined || value === "" ? undefined : value, unreadable: false };
 }
 
 /**
- * Runs the KDA op on the arm the options, the environment and the arms' limits pick, counting
- * what ran and recording every decline with its reason.
- *
- * @param x The op's inputs as tape tensors (all of one dtype).
- * @param dims `{ B, T, H, K, V, scale }`: the dimensions and the query scale.
- * @param options Arm, chunk size, strictness, and the falsification switch.
- * @returns The output `o` [B,T,H,V], the final state `ht` [B,H,K,V] and the arm that ran.
+ * A dispatcher for one op: it owns the counters and the decision log of that op.
  *
  * @example Usage
  * ```ts
- * import { dispatchKda } from "@deltanet/kda";
- * import { constant } from "@deltanet/kda/tape";
- * const [B, T, H, K, V] = [1, 3, 1, 2, 2];
- * const t = (n: number, v: number) => constant("f64", new Array(n).fill(v), [n]);
- * const { o } = await dispatchKda({
- *   q: t(B * T * H * K, 0.5), k: t(B * T * H * K, 0.5), v: t(B * T * H * V, 1),
- *   g: t(B * T * H * K, -0.1), beta: t(B * T * H, 0.5),
- * }, { B, T, H, K, V, scale: K ** -0.5 }, { arm: "cpu" });
+ * import { Seam } from "./seam.ts";
+ * import { constant, scale } from "../tape/mod.ts";
+ * const seam = new Seam<{ n: number }>({
+ *   op: "double",
+ *   arms: [{
+ *     name: "plain",
+ *     kind: "composite",
+ *     whyNot: () => null,
+ *     record: (_r, [x]) => [scale(x!, 2)],
+ *   }],
+ *   defaultArm: () => ({ arm: "plain", note: null }),
+ *   outputShapes: (r) => [[r.n]],
+ *   env: { force: "DOUBLE_ARM", require: "DOUBLE_REQUIRE_ARM", quiet: "DOUBLE_QUIET" },
+ * });
+ * const { outputs } = await seam.dispatch([constant("f64", [1, 2])], { n: 2 });
  * ```
  */
-export async function dispatchKda(
-  x: KdaTensors,
-  dims: KdaDims & { scale: number },
-  options: SeamOptions = {},
-): Promise<{ o: Tensor; ht: Tensor; arm: Arm }> {
-  counts.asked++;
-  const { scale: queryScale, ...shape } = dims;
-  const chunkSize = options.chunkSize ?? 16;
-  const dtype = x.q.dtype;
-  const { wanted, ran, reasons } = await chooseArm(shape, dtype, chunkSize, options);
-  if (ran !== wanted) {
-    counts.declined++;
-    decisions.push({ wanted, ran, reason: reasons.join("; ") });
+export class Seam<R> {
+  readonly #policy: SeamPolicy<R>;
+  readonly #counts: SeamCounts = {
+    asked: 0,
+    fusedFwd: 0,
+    fusedBwd: 0,
+    declined: 0,
+    opsPath: 0,
+    customNodeBwd: 0,
+  };
+  readonly #decisions: SeamDecision[] = [];
+  #recorded = 0;
+  readonly #warned = new Set<string>();
+  // A fused node whose tape is dropped without a dispose would hold what it saved forever; once
+  // its output is collected nothing can run that backward, so release it then.
+  readonly #releaseWhenCollected = new FinalizationRegistry<() => void>((release) => release());
+
+  /**
+   * Makes a seam for one op.
+   *
+   * @param policy The op's arms, default rule, output shapes and environment variable names.
+   */
+  constructor(policy: SeamPolicy<R>) {
+    if (policy.arms.length === 0) throw new RangeError("policy.arms must not be empty: got 0 arms");
+    this.#policy = policy;
   }
-  const detach = options.detachOutputs === true;
-  if (detach && ran === "ops") {
-    throw new TypeError(
-      "options.detachOutputs applies to the custom-node arms cpu and gpu: got the ops arm",
+
+  /** The arms' names, fastest first. */
+  get armNames(): string[] {
+    return this.#policy.arms.map((a) => a.name);
+  }
+
+  /**
+   * A snapshot of the counters.
+   *
+   * @returns The counts since the last reset.
+   */
+  counts(): SeamCounts {
+    return { ...this.#counts };
+  }
+
+  /**
+   * The most recent decisions (at most 64), oldest first; `index` counts all since the last reset.
+   *
+   * @returns A copy of the kept decisions.
+   */
+  decisions(): SeamDecision[] {
+    return this.#decisions.map((d) => ({ ...d }));
+  }
+
+  /** Zeroes the counters and forgets the decisions (the once-per-process warnings stay given). */
+  reset(): void {
+    for (const key of Object.keys(this.#counts) as (keyof SeamCounts)[]) this.#counts[key] = 0;
+    this.#decisions.length = 0;
+    this.#recorded = 0;
+  }
+
+  #record(wanted: string, ran: string, reason: string): void {
+    this.#recorded++;
+    this.#decisions.push({ wanted, ran, reason, index: this.#recorded });
+    if (this.#decisions.length > DECISION_LOG_SIZE) this.#decisions.shift();
+  }
+
+  #warn(quiet: boolean, wanted: string, ran: string, reason: string): void {
+    const key = `${wanted}\u0000${ran}\u0000${reason}`;
+    if (quiet || this.#warned.has(key)) return;
+    this.#warned.add(key);
+    const what = wanted === ran
+      ? `the ${ran} arm ran, but ${reason}`
+      : `the ${wanted} arm was wanted but the ${ran} arm ran: ${reason}`;
+    console.error(
+      `${this.#policy.op}: ${what} (said once per process; quiet: true or ` +
+        `${this.#policy.env.quiet}=1 silences it)`,
     );
   }
-  if (detach) {
-    decisions.push({ wanted, ran, reason: "outputs detached on request (falsification switch)" });
+
+  #arm(name: string): SeamArm<R> {
+    const arm = this.#policy.arms.find((a) => a.name === name);
+    if (arm === undefined) throw new Error(`internal: no arm ${name}`);
+    return arm;
   }
 
-  if (ran === "ops") {
-    counts.opsPath++;
-    return { ...recurrentKda(x, shape, queryScale), arm: ran };
+  #checkArmName(what: string, value: unknown): string {
+    if (typeof value !== "string" || !this.armNames.includes(value)) {
+      throw new RangeError(
+        `${what} must be one of ${this.armNames.join(", ")}: got ${String(value)}`,
+      );
+    }
+    return value;
   }
 
-  const inputs = inputList(x);
-  const needsGrad = !detach && tapeOf(inputs) !== undefined;
-  const raw = rawOf(x, shape, queryScale);
-  const { B, T, H, V } = shape;
-  const zerosDout = (): Float => alloc(dtype, B * T * H * V);
-  const oShape = [B, T, H, V], htShape = [B, H, shape.K, V];
+  /** The arm a call runs, after the caller's wish, the environment and each arm's limits. */
+  async #choose(
+    request: R,
+    dtype: DType,
+    options: DispatchOptions,
+  ): Promise<{ wanted: string; ran: string; reasons: string[]; quiet: boolean }> {
+    const { env } = this.#policy;
+    const explicit = options.arm === undefined
+      ? undefined
+      : this.#checkArmName("options.arm", options.arm);
+    const require = readEnv(env.require), force = readEnv(env.force), quietEnv = readEnv(env.quiet);
+    const required = require.value === undefined
+      ? undefined
+      : this.#checkArmName(env.require, require.value);
+    const forced = force.value === undefined
+      ? undefined
+      : this.#checkArmName(env.force, force.value);
+    if (options.strict !== undefined && typeof options.strict !== "boolean") {
+      throw new TypeError(`options.strict must be a boolean: got ${typeof options.strict}`);
+    }
+    if (options.quiet !== undefined && typeof options.quiet !== "boolean") {
+      throw new TypeError(`options.quiet must be a boolean: got ${typeof options.quiet}`);
+    }
+    const quiet = options.quiet ?? quietEnv.value === "1";
+    const strict = options.strict ?? required !== undefined;
+    // A policy the caller may have set must not be lost in silence: say which could not be read.
+    const unreadable = [require, force].some((r) => r.unreadable)
+      ? [env.require, env.force].filter((_, i) => [require, force][i].unreadable)
+      : [];
+    const unreadableNote = unreadable.length === 0
+      ? null
+      : `${unreadable.join(" and ")} could not be read (no env permission for ${
+        unreadable.length > 1 ? "them" : "it"
+      }), so neither is honoured`;
 
-  if (ran === "cpu") {
-    const fwd = chunkForward(raw, { chunkSize, saveStates: needsGrad });
-    counts.fusedFwd++;
-    const [o, ht] = customNode("kda.cpu", {
-      inputs: needsGrad ? inputs : [],
-      outputs: [{ data: fwd.o, shape: oShape }, { data: fwd.ht, shape: htShape }],
-      vjp: ([dout, dht]) => {
-        counts.customNodeBwd++;
-        const grads = chunkBackward(raw, fwd.states!, {
-          dout: dout ?? zerosDout(),
-          dht: dht ?? undefined,
-        }, { chunkSize });
-        counts.fusedBwd++;
-        return gradList(grads, x.h0 !== undefined);
-      },
-    });
-    return { o, ht, arm: ran };
+    let wanted: string;
+    let defaultNote: string | null = null;
+    if (explicit !== undefined) wanted = explicit;
+    else if (required !== undefined) wanted = required;
+    else ({ arm: wanted, note: defaultNote } = await this.#policy.defaultArm(request, dtype));
+    const reasons: string[] = [];
+    let arm = wanted;
+    if (explicit === undefined && forced !== undefined && forced !== wanted) {
+      reasons.push(`forced by ${env.force}=${forced}`);
+      arm = forced;
+    }
+    // Fall back along the arms' order, recording each reason; the last arm must run.
+    const order = this.armNames;
+    for (;;) {
+      const reason = await this.#arm(arm).whyNot(request, dtype);
+      if (reason === null) break;
+      reasons.push(reason);
+      const next = order.indexOf(arm) + 1;
+      if (next >= order.length) {
+        throw new Error(`${this.#policy.op}: no arm can run this call: ${reasons.join("; ")}`);
+      }
+      arm = order[next];
+    }
+    if (arm !== wanted && strict) {
+      throw new Error(
+        `${this.#policy.op} arm ${wanted} was required but cannot run: ${reasons.join("; ")}`,
+      );
+    }
+    if (unreadableNote !== null) reasons.push(unreadableNote);
+    if (defaultNote !== null && arm === wanted) this.#record(wanted, arm, defaultNote);
+    return { wanted, ran: arm, reasons, quiet };
   }
 
-  const fwd = await gpuForward(raw, { chunkSize, saveForBackward: needsGrad });
-  counts.fusedFwd++;
-  const [o, ht] = customNode("kda.gpu", {
-    inputs: needsGrad ? inputs : [],
-    outputs: [{ data: fwd.o, shape: oShape }, { data: fwd.ht, shape: htShape }],
-    vjp: async ([dout, dht]) => {
-      counts.customNodeBwd++;
-      const grads = await gpuBackward(fwd.saved!, {
-        dout: (dout ?? zerosDout()) as Float32Array,
-        dht: (dht ?? undefined) as Float32Array | undefined,
+  /**
+   * Runs the op on the arm the options, the environment and the arms' limits pick, counting what
+   * ran and recording every decline with its reason.
+   *
+   * @param inputs The op's inputs as tape tensors of one dtype, in the op's order (undefined for
+   *   an absent optional input).
+   * @param request The op's request (dimensions and settings), validated by the caller.
+   * @param options Arm, strictness, quietness, and the falsification switch.
+   * @returns The outputs and the arm that ran.
+   */
+  async dispatch(
+    inputs: readonly (Tensor | undefined)[],
+    request: R,
+    options: DispatchOptions = {},
+  ): Promise<{ outputs: Tensor[]; arm: string }> {
+    this.#counts.asked++;
+    const first = inputs.find((t) => t !== undefined);
+    if (first === undefined) throw new RangeError("inputs must hold a tensor: got none");
+    const dtype = first.dtype;
+    const { wanted, ran, reasons, quiet } = await this.#choose(request, dtype, options);
+    if (ran !== wanted) {
+      this.#counts.declined++;
+      const reason = reasons.join("; ");
+      this.#record(wanted, ran, reason);
+      this.#warn(quiet, wanted, ran, reason);
+    } else if (reasons.length > 0) {
+      this.#record(wanted, ran, reasons.join("; "));
+      this.#warn(quiet, wanted, ran, reasons.join("; "));
+    }
+    const hooks = options[SEAM_HOOKS] ?? {};
+    if (options.detachOutputs !== undefined && typeof options.detachOutputs !== "boolean") {
+      throw new TypeError(
+        `options.detachOutputs must be a boolean: got ${typeof options.detachOutputs}`,
+      );
+    }
+    const detach = options.detachOutputs === true;
+    const arm = this.#arm(ran);
+    if (detach && arm.kind === "composite") {
+      throw new TypeError(
+        `options.detachOutputs applies to the fused arms: got the composite arm ${ran}`,
+      );
+    }
+    if (detach) this.#record(wanted, ran, "outputs detached on request (falsification switch)");
+
+    if (arm.kind === "composite") {
+      this.#counts.opsPath++;
+      return { outputs: arm.record(request, inputs), arm: ran };
+    }
+    if (hooks.mislabel === true) {
+      // Planted defect: the composite arm runs, the books say the fused one did.
+      const composite = this.#policy.arms.find((a) => a.kind === "composite") as CompositeArm<R>;
+      this.#counts.fusedFwd++;
+      return { outputs: composite.record(request, inputs), arm: ran };
+    }
+    return await this.#runFused(arm, inputs, request, detach, hooks);
+  }
+
+  async #runFused(
+    arm: FusedArm<R>,
+    inputs: readonly (Tensor | undefined)[],
+    request: R,
+    detach: boolean,
+    hooks: SeamHooks,
+  ): Promise<{ outputs: Tensor[]; arm: string }> {
+    const needsGrad = !detach && tapeOf(inputs) !== undefined;
+    const { outputs, saved } = await arm.forward(request, inputs.map((t) => t?.data), needsGrad);
+    this.#counts.fusedFwd++;
+    let released = false;
+    const release = () => {
+      if (released || saved === undefined) return;
+      released = true;
+      arm.release?.(saved);
+    };
+    if (hooks.discardFused === true) {
+      // Planted defect: the fused forward ran, its result is dropped, the composite arm carries on.
+      release();
+      const composite = this.#policy.arms.find((a) => a.kind === "composite") as CompositeArm<R>;
+      this.#counts.opsPath++;
+      return { outputs: composite.record(request, inputs), arm: arm.name };
+    }
+    const values = hooks.mapOutputs ? hooks.mapOutputs(outputs) : outputs;
+    const shapes = this.#policy.outputShapes(request);
+    let tensors: Tensor[];
+    try {
+      tensors = customNode(`${this.#policy.op}.${arm.name}`, {
+        inputs: needsGrad ? inputs : [],
+        outputs: values.map((data, i) => ({ data, shape: shapes[i] })),
+        vjp: async (cotangents) => {
+          this.#counts.customNodeBwd++;
+          if (released) {
+            throw new Error(
+              `${this.#policy.op}: backward after the tape that recorded the forward was disposed`,
+            );
+          }
+          const grads = await arm.backward(saved, cotangents);
+          this.#counts.fusedBwd++;
+          return hooks.mapGradients ? hooks.mapGradients(grads) : grads;
+        },
+        dispose: release,
       });
-      counts.fusedBwd++;
-      return gradList(grads, x.h0 !== undefined);
-    },
-    dispose: () => {
-      if (fwd.saved !== undefined && !fwd.saved.released) fwd.saved.release();
-    },
-  });
-  if (fwd.saved !== undefined) releaseWhenCollected.register(o, fwd.saved);
-  return { o, ht, arm: ran };
+    } catch (error) {
+      // Recording failed (a disposed tape, say): nothing can run the backward, so free it now.
+      release();
+      throw error;
+    }
+    if (needsGrad && saved !== undefined) {
+      this.#releaseWhenCollected.register(tensors[0], release);
+    } else {
+      release();
+    }
+    return { outputs: tensors, arm: arm.name };
+  }
 }

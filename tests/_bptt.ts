@@ -1,131 +1,18 @@
-// An independent f64 reference for the tests: the plain KDA recurrence of DESIGN.md 2.1 written
+// An independent f64 reference for the tests: the plain KDA recurrence of docs/kda.md 2.1 written
 // loop by loop (no tape, no chunking), its backpropagation through time derived by hand, and a
 // seeded generator of random inputs. Shared by several test files; keep the exported names.
 
-import type { Float, RawCotangents, RawGrads, RawKda } from "../kda/_types.ts";
+import type {
+  KdaCotangents as RawCotangents,
+  KdaGrads as RawGrads,
+  KdaProblem as RawKda,
+} from "../kda/_types.ts";
 
-/** Shape of a raw KDA problem. */
-export interface KdaShape {
-  B: number;
-  T: number;
-  H: number;
-  K: number;
-  V: number;
-}
+// TRANSITION: the seeded inputs moved to tests/_fixtures.ts.
+export { type KdaShape, mulberry32, randomKda, toF64 } from "./_fixtures.ts";
 
 /**
- * A small seeded PRNG (mulberry32) giving uniform numbers in [0, 1).
- *
- * @param seed Any 32-bit integer.
- * @returns A function returning the next uniform draw on each call.
- *
- * @example
- * ```ts ignore
- * const rand = mulberry32(1);
- * const u = rand(); // 0 <= u < 1
- * ```
- */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/**
- * Random raw KDA inputs: q, v ~ N(0, 1); k ~ N(0, 1) L2-normalised per (token, head) so the
- * delta rule stays a contraction; g uniform in [gateMin, gateMax] (≤ 0); beta uniform in
- * (0.02, 0.98); h0 ~ N(0, 0.25) when `withH0`; scale = K^(-1/2).
- *
- * @param shape B, T, H, K, V.
- * @param seed Seed of the draw.
- * @param options Gate range (default [−1, 0]; equal bounds give a constant gate), whether to draw
- *   h0, and the element type ("f64" by default; "f32" rounds the same draw to Float32Array).
- * @returns The raw inputs.
- *
- * @example
- * ```ts ignore
- * const x = randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 0, { gateMin: -5, gateMax: 0 });
- * ```
- */
-export function randomKda(
-  shape: KdaShape,
-  seed: number,
-  options: { gateMin?: number; gateMax?: number; withH0?: boolean; dtype?: "f64" | "f32" } = {},
-): RawKda {
-  const { B, T, H, K, V } = shape;
-  const gateMin = options.gateMin ?? -1, gateMax = options.gateMax ?? 0;
-  if (!(gateMin <= gateMax && gateMax <= 0)) {
-    throw new RangeError(
-      `Invalid gate range: expected gateMin <= gateMax <= 0, got [${gateMin}, ${gateMax}]`,
-    );
-  }
-  const rand = mulberry32(seed);
-  const normal = () => {
-    const u = 1 - rand(), w = rand();
-    return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * w);
-  };
-  const make = (n: number, draw: () => number) => {
-    const a = new Float64Array(n);
-    for (let i = 0; i < n; i++) a[i] = draw();
-    return a;
-  };
-  const q = make(B * T * H * K, normal);
-  const k = make(B * T * H * K, normal);
-  for (let row = 0; row < B * T * H; row++) {
-    let ss = 0;
-    for (let d = 0; d < K; d++) ss += k[row * K + d] ** 2;
-    const inv = 1 / Math.sqrt(ss + 1e-12);
-    for (let d = 0; d < K; d++) k[row * K + d] *= inv;
-  }
-  const v = make(B * T * H * V, normal);
-  const g = make(B * T * H * K, () => gateMin + (gateMax - gateMin) * rand());
-  const beta = make(B * T * H, () => 0.02 + 0.96 * rand());
-  const h0 = options.withH0 ? make(B * H * K * V, () => 0.5 * normal()) : undefined;
-  const cast = (a: Float64Array): Float => options.dtype === "f32" ? Float32Array.from(a) : a;
-  const x: RawKda = {
-    ...shape,
-    q: cast(q),
-    k: cast(k),
-    v: cast(v),
-    g: cast(g),
-    beta: cast(beta),
-    scale: 1 / Math.sqrt(K),
-  };
-  if (h0 !== undefined) x.h0 = cast(h0);
-  return x;
-}
-
-/**
- * The same inputs with every array widened to Float64Array (values unchanged).
- *
- * @param x Raw inputs of either element type.
- * @returns A copy in f64.
- *
- * @example
- * ```ts ignore
- * const x64 = toF64(randomKda({ B: 1, T: 4, H: 1, K: 2, V: 2 }, 0, { dtype: "f32" }));
- * ```
- */
-export function toF64(x: RawKda): RawKda {
-  const y: RawKda = {
-    ...x,
-    q: Float64Array.from(x.q),
-    k: Float64Array.from(x.k),
-    v: Float64Array.from(x.v),
-    g: Float64Array.from(x.g),
-    beta: Float64Array.from(x.beta),
-  };
-  if (x.h0 !== undefined) y.h0 = Float64Array.from(x.h0);
-  return y;
-}
-
-/**
- * The plain KDA recurrence (DESIGN.md 2.1), one token at a time, in f64:
+ * The plain KDA recurrence (docs/kda.md 2.1), one token at a time, in f64:
  * S~ = diag(e^{g_t}) S_{t−1};  S_t = S~ + β_t k_t (v_t − S~ᵀ k_t)ᵀ;  o_t = S_tᵀ (scale q_t).
  *
  * @param x Raw inputs.

@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { kda, type KdaCotangents, type KdaInputs, type KdaOptions, kdaVjp } from "../mod.ts";
-import { resetSeamCounts, seamCounts } from "../seam/seam.ts";
+import { resetSeamCounts, seamCounts } from "../mod.ts";
 import type { ChunkSize, RawKda } from "../kda/_types.ts";
 import {
   type KdaShape,

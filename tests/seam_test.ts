@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import {
-  dispatchKda,
   kda,
   KdaModule,
+  type KdaModuleRunOptions,
   kdaVjp,
   resetSeamCounts,
   seamCounts,
@@ -10,9 +10,10 @@ import {
 } from "../mod.ts";
 import { Tape, Tensor } from "../tape/mod.ts";
 import { chunkForward } from "../kda/chunk.ts";
+import { runKda } from "../kda/arms.ts";
 import { gpuLiveBuffers } from "../kda/gpu.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
-import { randomKda } from "./_bptt.ts";
+import { randomKda } from "./_fixtures.ts";
 
 const shape = { B: 2, T: 21, H: 2, K: 6, V: 5 };
 
@@ -74,7 +75,7 @@ Deno.test("inference through the seam runs forward only: no node, no backward, n
   // A dispatch on constants hands back constants: nothing was recorded for a backward.
   const t = (data: Float64Array, s: number[]) => new Tensor(data, s);
   const { B, T, H, K, V } = shape;
-  const { o, ht } = await dispatchKda(
+  const { o, ht } = await runKda(
     {
       q: t(x.q as Float64Array, [B, T, H, K]),
       k: t(x.k as Float64Array, [B, T, H, K]),
@@ -82,7 +83,7 @@ Deno.test("inference through the seam runs forward only: no node, no backward, n
       g: t(x.g as Float64Array, [B, T, H, K]),
       beta: t(x.beta as Float64Array, [B, T, H]),
     },
-    { ...shape, scale: K ** -0.5 },
+    { ...shape, scale: K ** -0.5, chunkSize: 16 },
     { arm: "cpu" },
   );
   assert.equal(o.requiresGrad, false);
@@ -174,7 +175,8 @@ Deno.test("the detach switch takes only an explicit true and is recorded", async
   resetSeamCounts();
   const normal = await layer.vjp(x, [2, 9], dy, { arm: "cpu" });
   assert.deepEqual(seamDecisions(), []);
-  const detached = await layer.vjp(x, [2, 9], dy, { arm: "cpu", detachKdaOutputs: true });
+  const proofOptions = { arm: "cpu" as const, detachKdaOutputs: true };
+  const detached = await layer.vjp(x, [2, 9], dy, proofOptions);
   assert.deepEqual(detached.y, normal.y);
   const decisions = seamDecisions();
   assert.equal(decisions.length, 1);
@@ -184,14 +186,15 @@ Deno.test("the detach switch takes only an explicit true and is recorded", async
     const zero = grad.every((v) => v === 0);
     assert.equal(zero, !downstream, `${name}: zero gradient ${zero}`);
   }
-  // Truthy look-alikes do not enable it.
-  const loose = await layer.vjp(x, [2, 9], dy, {
-    arm: "cpu",
-    detachKdaOutputs: "yes" as unknown as boolean,
-  });
-  assert.deepEqual(loose.grads, normal.grads);
+  // Truthy look-alikes are refused, not taken as a yes.
   await assert.rejects(
-    () => layer.vjp(x, [2, 9], dy, { arm: "ops", detachKdaOutputs: true }),
+    () =>
+      layer.vjp(x, [2, 9], dy, { ...proofOptions, detachKdaOutputs: "yes" } as KdaModuleRunOptions),
+    (e: Error) =>
+      e instanceof TypeError && /options.detachKdaOutputs must be a boolean/.test(e.message),
+  );
+  await assert.rejects(
+    () => layer.vjp(x, [2, 9], dy, { ...proofOptions, arm: "ops" }),
     TypeError,
   );
 });
@@ -206,7 +209,7 @@ gpuTest(
     const x = Float32Array.from({ length: n }, (_, i) => Math.sin(0.01 * i));
     const dy = Float32Array.from({ length: n }, (_, i) => Math.cos(0.02 * i));
     resetSeamCounts();
-    const { grads } = await layer.vjp(x, [2, 64], dy);
+    const { grads } = await layer.vjp(x, [2, 64], dy, { arm: "gpu" });
     const c = seamCounts();
     assert.deepEqual(
       { fusedFwd: c.fusedFwd, customNodeBwd: c.customNodeBwd, fusedBwd: c.fusedBwd },
@@ -228,7 +231,7 @@ gpuTest(
     const before = gpuLiveBuffers();
     const tape = new Tape("f32");
     const v = (data: Float64Array | Float32Array, s: number[]) => tape.variable(data, s);
-    const { arm } = await dispatchKda(
+    const { arm } = await runKda(
       {
         q: v(x.q, [B, T, H, K]),
         k: v(x.k, [B, T, H, K]),
@@ -236,7 +239,7 @@ gpuTest(
         g: v(x.g, [B, T, H, K]),
         beta: v(x.beta, [B, T, H]),
       },
-      { ...shape, scale: K ** -0.5 },
+      { ...shape, scale: K ** -0.5, chunkSize: 16 },
       { arm: "gpu", strict: true },
     );
     assert.equal(arm, "gpu");

@@ -1,0 +1,119 @@
+// Shared by the test files: seeded inputs, the one agreement check (on checks/compare.ts's metric)
+// and the layer's group lists. Nothing here is a reference implementation: tests/_bptt.ts is.
+
+import type { DType, Float, KdaDims, KdaProblem } from "../kda/_types.ts";
+import { mulberry32, normal } from "../kda/_random.ts";
+import { agreement } from "../checks/compare.ts";
+import { PARAMETER_TABLE, parameterNames } from "../kda/module.ts";
+
+export { mulberry32, normal } from "../kda/_random.ts";
+export { agreement, sameBits as bitsEqual } from "../checks/compare.ts";
+
+/** Groups before the KDA op, and after it (their gradients do not pass through the op). */
+export const GROUPS_AFTER_OP: readonly string[] = PARAMETER_TABLE.filter((p) => p.afterOp).map((
+  p,
+) => p.name);
+
+/** The layer's group names, without and with the short conv. */
+export const GROUPS: readonly string[] = parameterNames(false);
+/** The 14 groups of the short-conv layer. */
+export const CONV_LAYER_GROUPS: readonly string[] = parameterNames(true);
+
+/** Shape of a raw KDA problem. */
+export type KdaShape = KdaDims;
+
+/**
+ * Random raw KDA inputs: q, v ~ N(0, 1); k ~ N(0, 1) L2-normalised per (token, head) so the
+ * delta rule stays a contraction; g uniform in [gateMin, gateMax] (≤ 0); beta uniform in
+ * (0.02, 0.98); h0 ~ N(0, 0.25) when `withH0`; scale = K^(-1/2). The f32 variant rounds the same
+ * f64 draw once, so an f64 reference can run on the very same values (toF64).
+ */
+export function randomKda(
+  shape: KdaShape,
+  seed: number,
+  options: { gateMin?: number; gateMax?: number; withH0?: boolean; dtype?: DType } = {},
+): KdaProblem {
+  const { B, T, H, K, V } = shape;
+  const gateMin = options.gateMin ?? -1, gateMax = options.gateMax ?? 0;
+  if (!(gateMin <= gateMax && gateMax <= 0)) {
+    throw new RangeError(
+      `gate range must satisfy gateMin <= gateMax <= 0: got [${gateMin}, ${gateMax}]`,
+    );
+  }
+  const rand = mulberry32(seed);
+  const gauss = normal(rand);
+  const make = (n: number, draw: () => number) => {
+    const a = new Float64Array(n);
+    for (let i = 0; i < n; i++) a[i] = draw();
+    return a;
+  };
+  const q = make(B * T * H * K, gauss);
+  const k = make(B * T * H * K, gauss);
+  for (let row = 0; row < B * T * H; row++) {
+    let ss = 0;
+    for (let d = 0; d < K; d++) ss += k[row * K + d] ** 2;
+    const inv = 1 / Math.sqrt(ss + 1e-12);
+    for (let d = 0; d < K; d++) k[row * K + d] *= inv;
+  }
+  const v = make(B * T * H * V, gauss);
+  const g = make(B * T * H * K, () => gateMin + (gateMax - gateMin) * rand());
+  const beta = make(B * T * H, () => 0.02 + 0.96 * rand());
+  const h0 = options.withH0 ? make(B * H * K * V, () => 0.5 * gauss()) : undefined;
+  const cast = (a: Float64Array): Float => options.dtype === "f32" ? Float32Array.from(a) : a;
+  const x: KdaProblem = {
+    B,
+    T,
+    H,
+    K,
+    V,
+    q: cast(q),
+    k: cast(k),
+    v: cast(v),
+    g: cast(g),
+    beta: cast(beta),
+    scale: 1 / Math.sqrt(K),
+  };
+  if (h0 !== undefined) x.h0 = cast(h0);
+  return x;
+}
+
+/** The same inputs with every array widened to Float64Array (values unchanged). */
+export function toF64(x: KdaProblem): KdaProblem {
+  const y: KdaProblem = {
+    ...x,
+    q: Float64Array.from(x.q),
+    k: Float64Array.from(x.k),
+    v: Float64Array.from(x.v),
+    g: Float64Array.from(x.g),
+    beta: Float64Array.from(x.beta),
+  };
+  if (x.h0 !== undefined) y.h0 = Float64Array.from(x.h0);
+  return y;
+}
+
+/** Checks agreements against a tolerance and keeps the worst one for a one-line summary. */
+export class Worst {
+  ratio = 0;
+  label = "none";
+  detail = "";
+  count = 0;
+
+  /** Throws unless `max|a − b| / max|b| <= tol` (NaN fails). */
+  check(label: string, a: ArrayLike<number>, b: ArrayLike<number>, tol: number): void {
+    const { rel, absDiff, refMax } = agreement(a, b);
+    const detail = `ratio=${rel.toExponential(2)} max|a−b|=${absDiff.toExponential(2)} ` +
+      `max|b|=${refMax.toExponential(2)}`;
+    this.count++;
+    if (!(rel <= tol)) throw new Error(`${label}: ${detail} exceeds tolerance ${tol}`);
+    if (rel >= this.ratio) {
+      this.ratio = rel;
+      this.label = label;
+      this.detail = detail;
+    }
+  }
+
+  /** Prints the worst case. */
+  report(what: string): void {
+    console.log(`  ${what}: ${this.count} comparisons, worst ${this.label}: ${this.detail}`);
+  }
+}
