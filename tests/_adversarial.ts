@@ -1,0 +1,155 @@
+// The seeded cross-arm sweep shared by tests/adversarial_test.ts (a small slice, in every test run)
+// and tests/fuzz.ts (`deno task fuzz`, ten times more): shapes drawn from the edges, gates and
+// write strengths from their extremes, every arm against its reference on the same bytes.
+
+import { kda, kdaVjp } from "../mod.ts";
+import type { Arm, ChunkSize, DType, Float, KdaCotangents, KdaProblem } from "../kda/_types.ts";
+import { GRAD_NAMES } from "../kda/_types.ts";
+import { agreement, mulberry32, normal } from "./_fixtures.ts";
+
+/** Gates mixed per element, from zero to far below what any exponent can resolve. */
+export const EDGE_GATES: readonly number[] = [0, -1e-30, -5, -1e4, -1e20];
+/** Write strengths from none to an over-relaxed update. */
+export const EDGE_BETAS: readonly number[] = [0, 1e-6, 1, 2];
+/** Head dimensions at the edges. */
+export const EDGE_DIMS: readonly number[] = [1, 3, 64, 256];
+
+/** Tolerances: f64 arms agree to rounding; the f32 gpu arm keeps the gpu arm's bars. */
+export const TOL = { f64: 1e-10, f32Outputs: 2e-6, f32Grads: 2e-5 } as const;
+
+/** One drawn case. */
+export interface EdgeCase {
+  label: string;
+  problem: KdaProblem<Float64Array>;
+  cotangents: KdaCotangents<Float64Array>;
+  chunkSize: ChunkSize;
+}
+
+/** Work bound on T·K·V·B·H, so the ops arm's tape stays small; larger draws shorten T. */
+const WORK_BOUND = 3_000_000;
+
+/**
+ * Draws case number `index` of the sweep with seed `seed`: T ∈ {1, C−1, C, C+1, 4C+3}, K and V
+ * from the edge dimensions, gates and betas mixed per element, h0 and dht with or without.
+ */
+export function edgeCase(seed: number, index: number): EdgeCase {
+  const rand = mulberry32((seed * 7919 + index * 104729) >>> 0);
+  const gauss = normal(rand);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)];
+  const chunkSize = pick([16, 32, 64] as const);
+  const B = pick([1, 2]), H = pick([1, 2]);
+  const K = pick(EDGE_DIMS), V = pick(EDGE_DIMS);
+  const lengths = [1, chunkSize - 1, chunkSize, chunkSize + 1, 4 * chunkSize + 3];
+  let T = pick(lengths);
+  while (T * K * V * B * H > WORK_BOUND && T > 1) T = lengths[lengths.indexOf(T) - 1] ?? 1;
+  const make = (n: number, draw: () => number) => Float64Array.from({ length: n }, draw);
+  const q = make(B * T * H * K, gauss);
+  const k = make(B * T * H * K, gauss);
+  for (let row = 0; row < B * T * H; row++) {
+    let ss = 0;
+    for (let d = 0; d < K; d++) ss += k[row * K + d] ** 2;
+    for (let d = 0; d < K; d++) k[row * K + d] /= Math.sqrt(ss);
+  }
+  const withH0 = rand() < 0.5, withDht = rand() < 0.5;
+  const problem: KdaProblem<Float64Array> = {
+    B,
+    T,
+    H,
+    K,
+    V,
+    scale: K ** -0.5,
+    q,
+    k,
+    v: make(B * T * H * V, gauss),
+    g: make(B * T * H * K, () => pick(EDGE_GATES)),
+    beta: make(B * T * H, () => pick(EDGE_BETAS)),
+    ...(withH0 ? { h0: make(B * H * K * V, () => 0.5 * gauss()) } : {}),
+  };
+  const cotangents: KdaCotangents<Float64Array> = {
+    dout: make(B * T * H * V, gauss),
+    ...(withDht ? { dht: make(B * H * K * V, gauss) } : {}),
+  };
+  const label = `#${index} B=${B} T=${T} H=${H} K=${K} V=${V} C=${chunkSize}` +
+    `${withH0 ? " h0" : ""}${withDht ? " dht" : ""}`;
+  return { label, problem, cotangents, chunkSize };
+}
+
+function cast<P extends object>(x: P, dtype: DType): P {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(x)) {
+    out[key] = value instanceof Float64Array && dtype === "f32" ? Float32Array.from(value) : value;
+  }
+  return out as P;
+}
+
+/** Outputs and gradients of one arm on one case. */
+export async function runArm(c: EdgeCase, arm: Arm, dtype: DType): Promise<Map<string, Float>> {
+  const problem = cast(c.problem, dtype) as KdaProblem;
+  const cotangents = cast(c.cotangents, dtype) as KdaCotangents;
+  const options = { arm, chunkSize: c.chunkSize, strict: true };
+  const { o, ht } = await kda(problem, options);
+  const grads = await kdaVjp(problem, cotangents, options);
+  const all = new Map<string, Float>([["o", o], ["ht", ht]]);
+  for (const name of GRAD_NAMES) all.set(name, grads[name]);
+  return all;
+}
+
+/** One disagreement: which pair of arms, which tensor, by how much. */
+export interface Disagreement {
+  label: string;
+  pair: string;
+  tensor: string;
+  detail: string;
+}
+
+/**
+ * Runs one case on every arm and compares: ops against cpu in f64, and, with `gpu`, the gpu arm
+ * against the cpu arm on the same f32 bytes.
+ *
+ * @returns The disagreements (empty when every tensor agrees) and the worst ratio per pair.
+ */
+export async function checkCase(
+  c: EdgeCase,
+  gpu: boolean,
+): Promise<{ disagreements: Disagreement[]; worst: Record<string, number> }> {
+  const disagreements: Disagreement[] = [];
+  const worst: Record<string, number> = {};
+  const compare = (pair: string, a: Map<string, Float>, b: Map<string, Float>, tol: number) => {
+    worst[pair] ??= 0;
+    // A reference that is exactly zero (an exact cancellation, such as β k·k = 1 wiping the
+    // state, or an underflow) has no scale of its own: its rounding residue is judged against
+    // the largest magnitude of the case's other reference tensors, and the detail says so.
+    let caseScale = 0;
+    for (const ref of b.values()) caseScale = Math.max(caseScale, agreement(ref, ref).refMax);
+    for (const [tensor, ref] of b) {
+      const measured = agreement(a.get(tensor)!, ref);
+      const { absDiff, refMax } = measured;
+      const rel = refMax === 0 && caseScale > 0 ? absDiff / caseScale : measured.rel;
+      const bar = tol === TOL.f32Outputs && !["o", "ht"].includes(tensor) ? TOL.f32Grads : tol;
+      if (rel > worst[pair] || Number.isNaN(rel)) worst[pair] = rel;
+      if (!(rel <= bar)) {
+        disagreements.push({
+          label: c.label,
+          pair,
+          tensor,
+          detail: `max|a−b|/max|b| = ${rel.toExponential(2)} (max|a−b| ${
+            absDiff.toExponential(2)
+          }, max|b| ${refMax.toExponential(2)}${
+            refMax === 0
+              ? `, zero reference: divided by the case's ${caseScale.toExponential(2)}`
+              : ""
+          }, tol ${bar})`,
+        });
+      }
+    }
+  };
+  const ops64 = await runArm(c, "ops", "f64");
+  const cpu64 = await runArm(c, "cpu", "f64");
+  compare("cpu vs ops (f64)", cpu64, ops64, TOL.f64);
+  if (gpu) {
+    const cpu32 = await runArm(c, "cpu", "f32");
+    const gpu32 = await runArm(c, "gpu", "f32");
+    compare("gpu vs cpu (f32)", gpu32, cpu32, TOL.f32Outputs);
+  }
+  return { disagreements, worst };
+}

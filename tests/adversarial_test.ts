@@ -1,0 +1,361 @@
+// The standing adversarial suite: every defect found by hostile or careless use, held as a
+// regression; a seeded slice of the edge sweep (tests/_adversarial.ts; `deno task fuzz` runs it at
+// full size); and concurrency on shared tapes, compared bit for bit with sequential runs.
+
+import assert from "node:assert/strict";
+import {
+  type Float,
+  kda,
+  type KdaInputs,
+  KdaModule,
+  type KdaModuleRunOptions,
+  kdaVjp,
+  resetSeamCounts,
+  seamCounts,
+  seamDecisions,
+} from "../mod.ts";
+import { Tape, type Tensor } from "../tape/mod.ts";
+import { type KdaRequest, runKda } from "../kda/arms.ts";
+import type { Arm, KdaProblem } from "../kda/_types.ts";
+import { GRAD_NAMES } from "../kda/_types.ts";
+import { gpuLiveBuffers } from "../kda/gpu.ts";
+import { checkCase, edgeCase } from "./_adversarial.ts";
+import { agreement, bitsEqual, randomKda } from "./_fixtures.ts";
+import { gpuTest, reportMissingGpu, status } from "./_gpu.ts";
+
+reportMissingGpu("adversarial_test");
+
+const SHAPE = { B: 2, T: 37, H: 2, K: 8, V: 6 };
+
+/** The op recorded on a tape through the seam, with its variables and outputs. */
+async function recordOnTape(x: KdaProblem, arm: Arm, tape: Tape) {
+  const { B, T, H, K, V } = x;
+  const v = (data: Float, shape: number[]) => tape.variable(data, shape);
+  const vars = {
+    q: v(x.q, [B, T, H, K]),
+    k: v(x.k, [B, T, H, K]),
+    v: v(x.v, [B, T, H, V]),
+    g: v(x.g, [B, T, H, K]),
+    beta: v(x.beta, [B, T, H]),
+    h0: v(x.h0 ?? new (x.q.constructor as Float64ArrayConstructor)(B * H * K * V), [B, H, K, V]),
+  };
+  const request: KdaRequest = { B, T, H, K, V, scale: x.scale, chunkSize: 16 };
+  const { o, ht } = await runKda(vars, request, { arm, strict: true });
+  return { vars, o, ht };
+}
+
+function cotangent(x: KdaProblem, seed: number): Float {
+  const n = x.B * x.T * x.H * x.V;
+  const a = new (x.q.constructor as Float64ArrayConstructor)(n);
+  for (let i = 0; i < n; i++) a[i] = Math.sin(0.37 * i + seed);
+  return a;
+}
+
+function gradsOf(grads: Map<Tensor, Float>, vars: Record<string, Tensor>): Float[] {
+  return Object.values(vars).map((t) => grads.get(t)!);
+}
+
+function armsHere(): Arm[] {
+  return status.available ? ["ops", "cpu", "gpu"] : ["ops", "cpu"];
+}
+
+// ---- defects 1 and 2: backward twice, and concurrently, on one tape ----
+
+Deno.test("concurrent and repeated backward on one tape give the bits of sequential runs on every arm", async () => {
+  for (const arm of armsHere()) {
+    const x = randomKda(SHAPE, 11, { withH0: true, dtype: arm === "gpu" ? "f32" : "f64" });
+    const tape = new Tape(arm === "gpu" ? "f32" : "f64");
+    try {
+      const { vars, o } = await recordOnTape(x, arm, tape);
+      const dyA = cotangent(x, 1), dyB = cotangent(x, 2);
+      const seqA = gradsOf(await tape.backward(o, dyA), vars);
+      const seqB = gradsOf(await tape.backward(o, dyB), vars);
+      for (let round = 0; round < 3; round++) {
+        const [a, b] = await Promise.all([tape.backward(o, dyA), tape.backward(o, dyB)]);
+        gradsOf(a, vars).forEach((g, i) => assert.ok(bitsEqual(g, seqA[i]), `${arm} A #${i}`));
+        gradsOf(b, vars).forEach((g, i) => assert.ok(bitsEqual(g, seqB[i]), `${arm} B #${i}`));
+      }
+      assert.ok(!bitsEqual(seqA[0], seqB[0]), "the two cotangents give different gradients");
+    } finally {
+      tape.dispose();
+    }
+  }
+});
+
+// ---- defects 3 and 4: extreme gates on the cpu arm ----
+
+Deno.test("kda() cpu arm agrees with ops when one gate is −1e20 among small ones, in f64 and f32", async () => {
+  for (const F of [Float64Array, Float32Array]) {
+    const x: KdaInputs = {
+      B: 1,
+      T: 3,
+      H: 1,
+      K: 1,
+      V: 1,
+      q: F.from([1, 1, 1]),
+      k: F.from([1, 1, 1]),
+      v: F.from([1, 2, 3]),
+      g: F.from([-1e20, -0.5, -0.5]),
+      beta: F.from([0.5, 0.5, 0.5]),
+      scale: 1,
+    };
+    const ops = await kda(x, { arm: "ops" });
+    const cpu = await kda(x, { arm: "cpu" });
+    const { rel, absDiff, refMax } = agreement(cpu.o, ops.o);
+    if (!(rel <= 1e-7)) throw new Error(`${F.name}: o ${rel} (abs ${absDiff}, ref ${refMax})`);
+    assert.ok(Math.abs(ops.o[1] - 1.1516) < 1e-4, `ops o[1] = ${ops.o[1]}`);
+  }
+});
+
+Deno.test("kda() and kdaVjp() cpu arm stay finite and agree with ops for g = −1e308 and −1.2e307 in f64", async () => {
+  for (const gate of [-1e308, -1.2e307]) {
+    const x = randomKda({ B: 1, T: 40, H: 1, K: 3, V: 2 }, 5, { withH0: true });
+    for (let i = 0; i < x.g.length; i += 7) x.g[i] = gate;
+    const dout = cotangent(x, 3);
+    for (const chunkSize of [16, 32, 64] as const) {
+      const ops = await kdaVjp(x, { dout }, { arm: "ops" });
+      const cpu = await kdaVjp(x, { dout }, { arm: "cpu", chunkSize });
+      const outOps = await kda(x, { arm: "ops" }), outCpu = await kda(x, { arm: "cpu", chunkSize });
+      for (
+        const [name, a, b] of [
+          ["o", outCpu.o, outOps.o],
+          ["ht", outCpu.ht, outOps.ht],
+          ...GRAD_NAMES.map((n) => [n, cpu[n], ops[n]] as const),
+        ] as const
+      ) {
+        const { rel, absDiff, refMax } = agreement(a, b);
+        if (!(rel <= 1e-10)) {
+          throw new Error(
+            `g=${gate} C=${chunkSize} ${name}: ${rel} (abs ${absDiff}, ref ${refMax})`,
+          );
+        }
+      }
+    }
+  }
+});
+
+// ---- defect 5: nothing leaks when the tape is already disposed ----
+
+gpuTest("a gpu call recorded on a disposed tape throws and leaks no device buffer", async () => {
+  const x = randomKda(SHAPE, 12, { dtype: "f32" });
+  const before = gpuLiveBuffers();
+  const tape = new Tape("f32");
+  const { B, T, H, K, V } = x;
+  const vars = {
+    q: tape.variable(x.q, [B, T, H, K]),
+    k: tape.variable(x.k, [B, T, H, K]),
+    v: tape.variable(x.v, [B, T, H, V]),
+    g: tape.variable(x.g, [B, T, H, K]),
+    beta: tape.variable(x.beta, [B, T, H]),
+  };
+  tape.dispose();
+  for (let i = 0; i < 3; i++) {
+    await assert.rejects(
+      () => runKda(vars, { B, T, H, K, V, scale: x.scale, chunkSize: 16 }, { arm: "gpu" }),
+      /disposed tape/,
+    );
+  }
+  assert.equal(gpuLiveBuffers(), before);
+});
+
+// ---- defect 6: every returned array owns its buffer ----
+
+Deno.test("kda() and kdaVjp() return arrays that each own their whole buffer, on every arm", async () => {
+  for (const arm of armsHere()) {
+    const x = randomKda(SHAPE, 13, { withH0: true, dtype: arm === "gpu" ? "f32" : "f64" });
+    const { o, ht } = await kda(x, { arm, strict: true });
+    const grads = await kdaVjp(x, { dout: cotangent(x, 4) }, { arm, strict: true });
+    const arrays: [string, Float][] = [
+      ["o", o],
+      ["ht", ht],
+      ...GRAD_NAMES.map((n) => [n, grads[n]] as [string, Float]),
+    ];
+    const buffers = new Set<ArrayBufferLike>();
+    for (const [name, a] of arrays) {
+      assert.equal(a.byteOffset, 0, `${arm} ${name} starts its buffer`);
+      assert.equal(a.buffer.byteLength, a.byteLength, `${arm} ${name} fills its buffer`);
+      assert.ok(!buffers.has(a.buffer), `${arm} ${name} shares a buffer`);
+      buffers.add(a.buffer);
+    }
+    // Transferring one output leaves the other intact.
+    const htCopy = ht.slice();
+    structuredClone(o, { transfer: [o.buffer as ArrayBuffer] });
+    assert.ok(bitsEqual(ht, htCopy));
+  }
+});
+
+// ---- defect 7: a scale that is finite in f64 but not in f32 ----
+
+gpuTest(
+  "a scale that overflows f32 declines the gpu arm with the reason, and strict mode refuses it",
+  async () => {
+    const x = { ...randomKda({ B: 1, T: 5, H: 1, K: 2, V: 2 }, 14, { dtype: "f32" }), scale: 1e39 };
+    for (let i = 0; i < x.q.length; i++) x.q[i] *= 1e-40;
+    resetSeamCounts();
+    const viaGpu = await kda(x, { arm: "gpu", quiet: true });
+    const viaCpu = await kda(x, { arm: "cpu" });
+    assert.ok(viaGpu.o.every(Number.isFinite), "finite outputs");
+    assert.ok(bitsEqual(viaGpu.o, viaCpu.o));
+    const [d] = seamDecisions();
+    assert.deepEqual([d.wanted, d.ran], ["gpu", "cpu"]);
+    assert.match(d.reason, /scale/);
+    await assert.rejects(() => kda(x, { arm: "gpu", strict: true }), /scale/);
+  },
+);
+
+// ---- defect 8: an unreadable policy variable is named, not lost ----
+
+Deno.test("KDA_REQUIRE_ARM without env permission is named in the decision and on stderr", async () => {
+  const probe = new URL("./_env_probe.ts", import.meta.url);
+  for (const flags of [[], ["--allow-env=KDA_ARM"]]) {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--no-prompt", "--allow-read", ...flags, probe.pathname],
+      env: { KDA_REQUIRE_ARM: "gpu", NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stdout = new TextDecoder().decode(out.stdout);
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 0, stderr);
+    const decisions = JSON.parse(stdout) as { reason: string }[];
+    assert.ok(
+      decisions.some((d) => /KDA_REQUIRE_ARM .*could not be read/.test(d.reason)),
+      stdout,
+    );
+    assert.match(stderr, /KDA_REQUIRE_ARM .*could not be read/);
+  }
+});
+
+// ---- the smaller items ----
+
+Deno.test("the decision log is bounded and keeps the running total in each entry's index", async () => {
+  const prev = Deno.env.get("KDA_ARM");
+  Deno.env.set("KDA_ARM", "ops");
+  try {
+    resetSeamCounts();
+    const x = randomKda({ B: 1, T: 2, H: 1, K: 2, V: 2 }, 15);
+    for (let i = 0; i < 200; i++) await kda(x, { quiet: true });
+    const log = seamDecisions();
+    assert.ok(log.length <= 64, `${log.length} entries kept`);
+    assert.equal(log[log.length - 1].index, 200);
+    assert.equal(seamCounts().declined, 200);
+  } finally {
+    if (prev === undefined) Deno.env.delete("KDA_ARM");
+    else Deno.env.set("KDA_ARM", prev);
+  }
+});
+
+Deno.test("unknown fields in inputs, cotangents and options are refused, naming the key and the nearest known one", async () => {
+  const x = randomKda({ B: 1, T: 3, H: 1, K: 2, V: 2 }, 16);
+  const dout = cotangent(x, 5);
+  const typo = (p: Promise<unknown>, re: RegExp) =>
+    assert.rejects(p, (e: Error) => e instanceof TypeError && re.test(e.message));
+  await typo(kda(x, { chunksize: 64 } as never), /options\.chunksize .*did you mean chunkSize/);
+  await typo(kda({ ...x, betas: x.beta } as never), /inputs\.betas .*did you mean beta/);
+  await typo(kdaVjp(x, { dout, dh: dout } as never), /cotangents\.dh .*did you mean dht/);
+  const layer = new KdaModule({ dModel: 4, heads: 1, keyDim: 2, valueDim: 2, decayRank: 1 });
+  await typo(
+    layer.forward(new Float64Array(12), [1, 3], { arms: "cpu" } as KdaModuleRunOptions),
+    /options\.arms .*did you mean arm/,
+  );
+  assert.throws(
+    () => new KdaModule({}, { dtyp: "f32" } as never),
+    /options\.dtyp .*did you mean dtype/,
+  );
+});
+
+Deno.test("a KdaModule parameter set to NaN or Inf is named with its index, unless the scan is skipped", async () => {
+  const layer = new KdaModule({ dModel: 4, heads: 1, keyDim: 2, valueDim: 2, decayRank: 1 });
+  const x = new Float64Array(12).fill(0.1);
+  layer.parameters().get("decay.w_up.weight")!.data[1] = NaN;
+  await assert.rejects(
+    () => layer.forward(x, [1, 3], { arm: "cpu" }),
+    (e: Error) =>
+      e instanceof RangeError && /parameter decay\.w_up\.weight must be finite: got NaN at index 1/
+        .test(e.message),
+  );
+  layer.parameters().get("decay.w_up.weight")!.data[1] = 0;
+  layer.parameters().get("o_proj.weight")!.data[3] = Infinity;
+  await assert.rejects(
+    () => layer.vjp(x, [1, 3], x, { arm: "cpu" }),
+    /parameter o_proj\.weight must be finite: got Infinity at index 3/,
+  );
+  const y = await layer.forward(x, [1, 3], { arm: "cpu", checkParameters: false });
+  assert.ok(!y.every(Number.isFinite), "without the scan the bad value flows through");
+});
+
+Deno.test("each distinct decline is said once per process on stderr, and quiet silences it", async () => {
+  const said: string[] = [];
+  const original = console.error;
+  console.error = (...args: unknown[]) => said.push(args.join(" "));
+  try {
+    const x = randomKda({ B: 1, T: 3, H: 1, K: 300, V: 2 }, 17);
+    await kda(x, { arm: "cpu" });
+    await kda(x, { arm: "cpu" });
+    const y = randomKda({ B: 1, T: 3, H: 1, K: 2, V: 301 }, 18);
+    await kda(y, { arm: "cpu", quiet: true });
+  } finally {
+    console.error = original;
+  }
+  const declines = said.filter((s) => /the cpu arm was wanted but the ops arm ran/.test(s));
+  assert.equal(declines.length, 1, said.join("\n"));
+  assert.match(declines[0], /K = 300/);
+});
+
+Deno.test("the default arm for f32 work follows the adapter kind and a software adapter's choice is recorded", async () => {
+  const x = randomKda({ B: 1, T: 3, H: 1, K: 2, V: 2 }, 19, { dtype: "f32" });
+  resetSeamCounts();
+  const out: { o: Float32Array } = await kda(x as KdaProblem<Float32Array>);
+  assert.ok(out.o instanceof Float32Array);
+  const c = seamCounts();
+  if (status.available && status.info.software) {
+    assert.equal(c.declined, 0);
+    const [d] = seamDecisions();
+    assert.deepEqual([d.wanted, d.ran], ["cpu", "cpu"]);
+    assert.match(d.reason, /software adapter/);
+  } else if (status.available) {
+    assert.deepEqual([c.declined, c.fusedFwd], [0, 1]);
+  } else {
+    assert.equal(c.declined, 1);
+  }
+});
+
+// ---- the edge sweep and concurrency ----
+
+Deno.test("a seeded slice of the edge sweep: cpu agrees with ops in f64 and gpu with cpu in f32", async () => {
+  const failures: string[] = [];
+  const worst: Record<string, number> = {};
+  for (let i = 0; i < 24; i++) {
+    const c = edgeCase(20261130, i);
+    const r = await checkCase(c, status.available);
+    failures.push(...r.disagreements.map((d) => `${d.label} ${d.pair} ${d.tensor}: ${d.detail}`));
+    for (const [pair, w] of Object.entries(r.worst)) worst[pair] = Math.max(worst[pair] ?? 0, w);
+  }
+  console.log(`  worst: ${JSON.stringify(worst)}`);
+  assert.deepEqual(failures, []);
+});
+
+Deno.test("concurrent calls of mixed arms and shapes give the bits of sequential calls", async () => {
+  const shapes = [SHAPE, { B: 1, T: 70, H: 3, K: 5, V: 9 }, { B: 3, T: 1, H: 1, K: 4, V: 4 }];
+  const calls: (() => Promise<Float[]>)[] = [];
+  for (const [i, shape] of shapes.entries()) {
+    for (const arm of armsHere()) {
+      const x = randomKda(shape, 30 + i, {
+        withH0: i % 2 === 0,
+        dtype: arm === "gpu" ? "f32" : "f64",
+      });
+      const dout = cotangent(x, i);
+      calls.push(async () => {
+        const { o, ht } = await kda(x, { arm, strict: true });
+        const g = await kdaVjp(x, { dout }, { arm, strict: true, chunkSize: 32 });
+        return [o, ht, ...GRAD_NAMES.map((n) => g[n])];
+      });
+    }
+  }
+  const sequential: Float[][] = [];
+  for (const call of calls) sequential.push(await call());
+  const concurrent = await Promise.all(calls.map((call) => call()));
+  concurrent.forEach((arrays, i) =>
+    arrays.forEach((a, j) => assert.ok(bitsEqual(a, sequential[i][j]), `call ${i} array ${j}`))
+  );
+});
