@@ -1,63 +1,64 @@
-// Chunked KDA on the CPU: the forward of DESIGN.md 2.2 and the hand-written backward of 2.3.
+// Chunked KDA on the CPU: the forward of docs/kda.md 2.2 and the hand-written backward of 2.3.
 //
 // This file is the readable blueprint of kda/chunk.wgsl. Every stage below is one small function
 // whose name the WGSL kernels reuse, working on one chunk of one (batch, head) pair:
 //
-//   forward, per chunk in order:     gatherChunk → gateCumsum → gateFactors → pairwiseDecay →
-//                                    intraChunk → newValues → chunkOutput → stateScan
+//   forward, per chunk in order:     gatherChunk → gateFactors → pairwiseDecay → intraChunk →
+//                                    newValues → chunkOutput → stateScan
 //   backward, per chunk in reverse:  the same forward stages up to newValues (recomputed from the
 //                                    saved chunk-start state), then stateScanBackward →
 //                                    chunkOutputBackward → newValuesBackward → wyBackward →
 //                                    inverseBackward → elementwiseGrads → pairwiseGrads →
 //                                    gateCumsumBackward
 //
-// Notation follows DESIGN.md: a chunk has n ≤ C valid rows (only the last chunk may be short, and
-// then γ_C is its last VALID row), G is the chunk-local cumulative log decay, Γ = e^G,
+// Notation follows docs/kda.md 2.2: a chunk has n ≤ C valid rows (only the last chunk may be short,
+// and then γ_C is its last VALID row), G is the chunk-local cumulative log decay, Γ = e^G,
 // E_rsd = e^{G_rd − G_sd} (r ≥ s), Kβ = diag(β)(K ⊙ Γ), Vβ = diag(β)V, Kd = K ⊙ e^{G_C − G}.
 //
-// Overflow: G ≤ 0, so Γ = e^G and e^{G_C − G} have non-positive exponents and are safe to form.
-// e^{−G} alone is never formed: every pairwise factor exponentiates the difference G_r − G_s
-// (≤ 0 for r ≥ s), which stays exact for gates down to −5 per token at chunk size 64 (G ≈ −320).
+// Gate factors: G itself is never formed, nor any difference of two gate sums. A difference
+// G_r − G_s of cumulative sums would lose every small gate after a huge one (−1e20 swallows −0.5),
+// and give −Inf − (−Inf) = NaN once a sum overflows (two gates of −1e308). Instead every factor
+// is a running product of the per-token decays a_t = e^{g_t} ∈ [0, 1] over exactly the tokens it
+// spans, as the recurrence itself multiplies them: Γ_r = a_0 ⋯ a_r, e^{G_C − G_r} = a_{r+1} ⋯ a_C,
+// E_rs = a_{s+1} ⋯ a_r. No factor exceeds 1, none overflows, and a huge gate just gives 0.
+// The backward still differentiates through G (dG, then dg as its reverse cumulative sum,
+// docs/kda.md 2.3) but only multiplies by these same factor tables, so it never forms G either.
 //
 // All arithmetic is in JS numbers (f64); only the outputs are rounded to the input element type.
 // Every reduction is a plain loop in a fixed order, so the same inputs give the same bits.
 
-import type { ChunkSize, Float, RawCotangents, RawGrads, RawKda } from "./_types.ts";
-import { MAX_HEAD_DIM } from "./_types.ts";
-import { checkChunkSize } from "./config.ts";
+import type { ChunkSize, Float, KdaCotangents, KdaGrads, KdaProblem } from "./_types.ts";
+import { matmulAdd } from "./_matmul.ts";
+import { ChunkAdjoints, ChunkWork } from "./_chunk_work.ts";
 
 // ---------------------------------------------------------------------------------------------
-// Argument checks (cheap; the caller validates everything else)
+// Internal assertions: the public boundary (kda/_check.ts) has validated everything already
 // ---------------------------------------------------------------------------------------------
 
-function checkLength(name: string, array: Float, formula: string, expected: number): void {
-  if (array.length !== expected) {
-    throw new RangeError(
-      `Invalid length of ${name}: expected ${formula} = ${expected}, got ${array.length}`,
-    );
-  }
+/** Throws an internal error when `ok` is false: a broken caller, never a user's mistake. */
+function assert(ok: boolean, what: string): void {
+  if (!ok) throw new Error(`internal: chunk.ts expected ${what}`);
 }
 
-function checkInputs(x: RawKda): void {
-  for (const dim of ["B", "T", "H", "K", "V"] as const) {
-    const value = x[dim];
-    if (!Number.isInteger(value) || value < 1) {
-      throw new RangeError(`Invalid ${dim}: expected a positive integer, got ${value}`);
-    }
-  }
+/** Asserts the chunk size and every array length against the problem's dimensions. */
+function assertProblem(x: KdaProblem, C: number): void {
   const { B, T, H, K, V } = x;
-  if (K > MAX_HEAD_DIM) {
-    throw new RangeError(`Invalid K: expected at most ${MAX_HEAD_DIM}, got ${K}`);
-  }
-  if (V > MAX_HEAD_DIM) {
-    throw new RangeError(`Invalid V: expected at most ${MAX_HEAD_DIM}, got ${V}`);
-  }
-  checkLength("q", x.q, "B·T·H·K", B * T * H * K);
-  checkLength("k", x.k, "B·T·H·K", B * T * H * K);
-  checkLength("v", x.v, "B·T·H·V", B * T * H * V);
-  checkLength("g", x.g, "B·T·H·K", B * T * H * K);
-  checkLength("beta", x.beta, "B·T·H", B * T * H);
-  if (x.h0 !== undefined) checkLength("h0", x.h0, "B·H·K·V", B * H * K * V);
+  assert(C === 16 || C === 32 || C === 64, `a chunk size of 16, 32 or 64, got ${C}`);
+  const ntk = B * T * H * K;
+  assert(
+    x.q.length === ntk && x.k.length === ntk && x.g.length === ntk &&
+      x.v.length === B * T * H * V && x.beta.length === B * T * H &&
+      (x.h0 === undefined || x.h0.length === B * H * K * V),
+    "arrays of the lengths given by B, T, H, K and V",
+  );
+}
+
+/** Points the scratch at chunk c of head (b, h): its valid rows and where its tokens lie. */
+function enterChunk(x: KdaProblem, b: number, h: number, c: number, w: ChunkWork): void {
+  const t0 = c * w.C;
+  w.n = Math.min(w.C, x.T - t0);
+  w.token0 = (b * x.T + t0) * x.H + h;
+  w.tokenStride = x.H;
 }
 
 /** A zeroed array of `length` elements with the element type of `like`. */
@@ -66,374 +67,15 @@ function allocLike(like: Float, length: number): Float {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Per-chunk working set
-// ---------------------------------------------------------------------------------------------
-
-/**
- * Everything one chunk of one (b, h) pair needs, as contiguous row-major f64 scratch. Allocated
- * once per call and reused for every chunk, so the inner loops never allocate. Row strides are
- * K or V for the C×K and C×V tiles and C for the C×C tiles; only the first n rows are valid.
- */
-class ChunkWork {
-  /** Valid rows of the current chunk (C, or fewer for a short last chunk). */
-  n = 0;
-  // Gathered inputs of the chunk.
-  readonly q: Float64Array;
-  readonly k: Float64Array;
-  readonly v: Float64Array;
-  readonly g: Float64Array;
-  readonly beta: Float64Array;
-  // Gate factors: G (cumulative log decay), Γ = e^G, e^{G_C − G}; E packed lower-inclusive.
-  readonly G: Float64Array;
-  readonly gamma: Float64Array;
-  readonly decayToEnd: Float64Array;
-  readonly E: Float64Array;
-  // Gated operands: Q ⊙ Γ, Kβ, Vβ, Kd.
-  readonly qGamma: Float64Array;
-  readonly kBeta: Float64Array;
-  readonly vBeta: Float64Array;
-  readonly kDecayed: Float64Array;
-  // Intra-chunk matrices (C×C) and the WY factors.
-  readonly L: Float64Array;
-  readonly P: Float64Array;
-  readonly T: Float64Array;
-  readonly W: Float64Array;
-  readonly U: Float64Array;
-  // New values, output rows, and the running K×V state (the chunk-start state S).
-  readonly Vn: Float64Array;
-  readonly O: Float64Array;
-  readonly state: Float64Array;
-
-  constructor(readonly C: number, readonly K: number, readonly V: number, readonly scale: number) {
-    const CK = C * K, CV = C * V, CC = C * C;
-    this.q = new Float64Array(CK);
-    this.k = new Float64Array(CK);
-    this.v = new Float64Array(CV);
-    this.g = new Float64Array(CK);
-    this.beta = new Float64Array(C);
-    this.G = new Float64Array(CK);
-    this.gamma = new Float64Array(CK);
-    this.decayToEnd = new Float64Array(CK);
-    this.E = new Float64Array(((C * (C + 1)) / 2) * K);
-    this.qGamma = new Float64Array(CK);
-    this.kBeta = new Float64Array(CK);
-    this.vBeta = new Float64Array(CV);
-    this.kDecayed = new Float64Array(CK);
-    this.L = new Float64Array(CC);
-    this.P = new Float64Array(CC);
-    this.T = new Float64Array(CC);
-    this.W = new Float64Array(CK);
-    this.U = new Float64Array(CV);
-    this.Vn = new Float64Array(CV);
-    this.O = new Float64Array(CV);
-    this.state = new Float64Array(K * V);
-  }
-}
-
-/** The backward's extra scratch: cotangents of every chunk quantity, same layouts as ChunkWork. */
-class ChunkAdjoints {
-  readonly dO: Float64Array;
-  /** dS' arriving at the chunk end (input of the chunk's backward). */
-  dStateEnd: Float64Array;
-  /** dS of the chunk-start state (output; becomes dS' of the previous chunk). */
-  dStateStart: Float64Array;
-  readonly dKd: Float64Array;
-  readonly dVn: Float64Array;
-  readonly dGammaLast: Float64Array;
-  readonly dQGamma: Float64Array;
-  readonly dP: Float64Array;
-  readonly dW: Float64Array;
-  readonly dT: Float64Array;
-  readonly dKBeta: Float64Array;
-  readonly dVBeta: Float64Array;
-  readonly M: Float64Array;
-  readonly dL: Float64Array;
-  readonly dq: Float64Array;
-  readonly dk: Float64Array;
-  readonly dv: Float64Array;
-  readonly dG: Float64Array;
-  readonly dg: Float64Array;
-  readonly dbeta: Float64Array;
-
-  constructor(C: number, K: number, V: number) {
-    const CK = C * K, CV = C * V, CC = C * C;
-    this.dO = new Float64Array(CV);
-    this.dStateEnd = new Float64Array(K * V);
-    this.dStateStart = new Float64Array(K * V);
-    this.dKd = new Float64Array(CK);
-    this.dVn = new Float64Array(CV);
-    this.dGammaLast = new Float64Array(K);
-    this.dQGamma = new Float64Array(CK);
-    this.dP = new Float64Array(CC);
-    this.dW = new Float64Array(CK);
-    this.dT = new Float64Array(CC);
-    this.dKBeta = new Float64Array(CK);
-    this.dVBeta = new Float64Array(CV);
-    this.M = new Float64Array(CC);
-    this.dL = new Float64Array(CC);
-    this.dq = new Float64Array(CK);
-    this.dk = new Float64Array(CK);
-    this.dv = new Float64Array(CV);
-    this.dG = new Float64Array(CK);
-    this.dg = new Float64Array(CK);
-    this.dbeta = new Float64Array(C);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Small matmul kernels
-// ---------------------------------------------------------------------------------------------
-//
-// Every stage is a handful of products of row-major tiles, in one of three shapes: A·B, Aᵀ·B and
-// A·Bᵀ. Each kernel ACCUMULATES α·product into its output (callers zero or seed the output
-// first), optionally over a triangle only. Four output columns are summed at once in registers:
-// that is several times faster in V8 than one column at a time, and each output element still
-// sums its inner index in ascending order, so results are reproducible bit for bit.
-
-/** Which part of a square operand is (or of an output is kept) nonzero. */
-type Triangle = "full" | "lower" | "strictLower";
-
-/**
- * C += α·A·B with A m×p (row stride lda), B p×n (ldb), C m×n (ldc). With `triA` "lower", A is
- * lower triangular (A_rd = 0 for d > r), so row r sums d ≤ r only. Rows go in pairs (2×4 block of
- * accumulators sharing each load of B); row r+1 of a pair finishes its longer sum alone.
- */
-function addAB(
-  C: Float64Array,
-  ldc: number,
-  A: Float64Array,
-  lda: number,
-  B: Float64Array,
-  ldb: number,
-  m: number,
-  p: number,
-  n: number,
-  alpha: number,
-  triA: Triangle = "full",
-): void {
-  let r = 0;
-  for (; r + 2 <= m; r += 2) {
-    const end0 = triA === "full" ? p : Math.min(r + 1, p);
-    const end1 = triA === "full" ? p : Math.min(r + 2, p);
-    const a0 = r * lda, a1 = a0 + lda, c0 = r * ldc, c1 = c0 + ldc;
-    let j = 0;
-    for (; j + 4 <= n; j += 4) {
-      let x0 = 0, x1 = 0, x2 = 0, x3 = 0, y0 = 0, y1 = 0, y2 = 0, y3 = 0;
-      for (let d = 0; d < end0; d++) {
-        const u = A[a0 + d], w = A[a1 + d], o = d * ldb + j;
-        const b0 = B[o], b1 = B[o + 1], b2 = B[o + 2], b3 = B[o + 3];
-        x0 += u * b0;
-        x1 += u * b1;
-        x2 += u * b2;
-        x3 += u * b3;
-        y0 += w * b0;
-        y1 += w * b1;
-        y2 += w * b2;
-        y3 += w * b3;
-      }
-      for (let d = end0; d < end1; d++) {
-        const w = A[a1 + d], o = d * ldb + j;
-        y0 += w * B[o];
-        y1 += w * B[o + 1];
-        y2 += w * B[o + 2];
-        y3 += w * B[o + 3];
-      }
-      C[c0 + j] += alpha * x0;
-      C[c0 + j + 1] += alpha * x1;
-      C[c0 + j + 2] += alpha * x2;
-      C[c0 + j + 3] += alpha * x3;
-      C[c1 + j] += alpha * y0;
-      C[c1 + j + 1] += alpha * y1;
-      C[c1 + j + 2] += alpha * y2;
-      C[c1 + j + 3] += alpha * y3;
-    }
-    for (; j < n; j++) {
-      let x = 0, y = 0;
-      for (let d = 0; d < end0; d++) {
-        const b = B[d * ldb + j];
-        x += A[a0 + d] * b;
-        y += A[a1 + d] * b;
-      }
-      for (let d = end0; d < end1; d++) y += A[a1 + d] * B[d * ldb + j];
-      C[c0 + j] += alpha * x;
-      C[c1 + j] += alpha * y;
-    }
-  }
-  if (r < m) {
-    const end = triA === "full" ? p : Math.min(r + 1, p);
-    const a0 = r * lda, c0 = r * ldc;
-    for (let j = 0; j < n; j++) {
-      let x = 0;
-      for (let d = 0; d < end; d++) x += A[a0 + d] * B[d * ldb + j];
-      C[c0 + j] += alpha * x;
-    }
-  }
-}
-
-/**
- * C += α·Aᵀ·B with A m×p (lda), B m×n (ldb), C p×n (ldc). With `triA` "lower", A is lower
- * triangular (A_ri = 0 for r < i), so row i of C sums r ≥ i only. Output rows go in pairs as in
- * addAB; row i of a pair takes its extra leading term first, so every sum runs in ascending r.
- */
-function addAtB(
-  C: Float64Array,
-  ldc: number,
-  A: Float64Array,
-  lda: number,
-  B: Float64Array,
-  ldb: number,
-  m: number,
-  p: number,
-  n: number,
-  alpha: number,
-  triA: Triangle = "full",
-): void {
-  let i = 0;
-  for (; i + 2 <= p; i += 2) {
-    const start0 = triA === "full" ? 0 : Math.min(i, m);
-    const start1 = triA === "full" ? 0 : Math.min(i + 1, m);
-    const c0 = i * ldc, c1 = c0 + ldc;
-    let j = 0;
-    for (; j + 4 <= n; j += 4) {
-      let x0 = 0, x1 = 0, x2 = 0, x3 = 0, y0 = 0, y1 = 0, y2 = 0, y3 = 0;
-      for (let r = start0; r < start1; r++) {
-        const u = A[r * lda + i], o = r * ldb + j;
-        x0 += u * B[o];
-        x1 += u * B[o + 1];
-        x2 += u * B[o + 2];
-        x3 += u * B[o + 3];
-      }
-      for (let r = start1; r < m; r++) {
-        const u = A[r * lda + i], w = A[r * lda + i + 1], o = r * ldb + j;
-        const b0 = B[o], b1 = B[o + 1], b2 = B[o + 2], b3 = B[o + 3];
-        x0 += u * b0;
-        x1 += u * b1;
-        x2 += u * b2;
-        x3 += u * b3;
-        y0 += w * b0;
-        y1 += w * b1;
-        y2 += w * b2;
-        y3 += w * b3;
-      }
-      C[c0 + j] += alpha * x0;
-      C[c0 + j + 1] += alpha * x1;
-      C[c0 + j + 2] += alpha * x2;
-      C[c0 + j + 3] += alpha * x3;
-      C[c1 + j] += alpha * y0;
-      C[c1 + j + 1] += alpha * y1;
-      C[c1 + j + 2] += alpha * y2;
-      C[c1 + j + 3] += alpha * y3;
-    }
-    for (; j < n; j++) {
-      let x = 0, y = 0;
-      for (let r = start0; r < start1; r++) x += A[r * lda + i] * B[r * ldb + j];
-      for (let r = start1; r < m; r++) {
-        const b = B[r * ldb + j];
-        x += A[r * lda + i] * b;
-        y += A[r * lda + i + 1] * b;
-      }
-      C[c0 + j] += alpha * x;
-      C[c1 + j] += alpha * y;
-    }
-  }
-  if (i < p) {
-    const start = triA === "full" ? 0 : Math.min(i, m);
-    const c0 = i * ldc;
-    for (let j = 0; j < n; j++) {
-      let x = 0;
-      for (let r = start; r < m; r++) x += A[r * lda + i] * B[r * ldb + j];
-      C[c0 + j] += alpha * x;
-    }
-  }
-}
-
-/**
- * C += α·A·Bᵀ with A m×p (lda), B n×p (ldb), C m×n (ldc): dot products of rows. With `triC`
- * "lower" only entries s ≤ r of C are formed, with "strictLower" only s < r; the rest of C is left
- * untouched. Rows of C go in pairs, sharing each load of a row of B over four columns of C.
- */
-function addABt(
-  C: Float64Array,
-  ldc: number,
-  A: Float64Array,
-  lda: number,
-  B: Float64Array,
-  ldb: number,
-  m: number,
-  p: number,
-  n: number,
-  alpha: number,
-  triC: Triangle = "full",
-): void {
-  const columnsOf = (r: number) => triC === "full" ? n : Math.min(triC === "lower" ? r + 1 : r, n);
-  let r = 0;
-  for (; r + 2 <= m; r += 2) {
-    const end0 = columnsOf(r), end1 = columnsOf(r + 1);
-    const a0 = r * lda, a1 = a0 + lda, c0 = r * ldc, c1 = c0 + ldc;
-    let s = 0;
-    for (; s + 4 <= end0; s += 4) {
-      const bs0 = s * ldb, bs1 = bs0 + ldb, bs2 = bs1 + ldb, bs3 = bs2 + ldb;
-      let x0 = 0, x1 = 0, x2 = 0, x3 = 0, y0 = 0, y1 = 0, y2 = 0, y3 = 0;
-      for (let j = 0; j < p; j++) {
-        const u = A[a0 + j], w = A[a1 + j];
-        const b0 = B[bs0 + j], b1 = B[bs1 + j], b2 = B[bs2 + j], b3 = B[bs3 + j];
-        x0 += u * b0;
-        x1 += u * b1;
-        x2 += u * b2;
-        x3 += u * b3;
-        y0 += w * b0;
-        y1 += w * b1;
-        y2 += w * b2;
-        y3 += w * b3;
-      }
-      C[c0 + s] += alpha * x0;
-      C[c0 + s + 1] += alpha * x1;
-      C[c0 + s + 2] += alpha * x2;
-      C[c0 + s + 3] += alpha * x3;
-      C[c1 + s] += alpha * y0;
-      C[c1 + s + 1] += alpha * y1;
-      C[c1 + s + 2] += alpha * y2;
-      C[c1 + s + 3] += alpha * y3;
-    }
-    for (; s < end0; s++) {
-      const bs = s * ldb;
-      let x = 0, y = 0;
-      for (let j = 0; j < p; j++) {
-        const b = B[bs + j];
-        x += A[a0 + j] * b;
-        y += A[a1 + j] * b;
-      }
-      C[c0 + s] += alpha * x;
-      C[c1 + s] += alpha * y;
-    }
-    for (; s < end1; s++) {
-      const bs = s * ldb;
-      let y = 0;
-      for (let j = 0; j < p; j++) y += A[a1 + j] * B[bs + j];
-      C[c1 + s] += alpha * y;
-    }
-  }
-  if (r < m) {
-    const end = columnsOf(r), a0 = r * lda, c0 = r * ldc;
-    for (let s = 0; s < end; s++) {
-      const bs = s * ldb;
-      let x = 0;
-      for (let j = 0; j < p; j++) x += A[a0 + j] * B[bs + j];
-      C[c0 + s] += alpha * x;
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Forward stages (DESIGN.md 2.2)
+// Forward stages (docs/kda.md 2.2)
 // ---------------------------------------------------------------------------------------------
 
 /** Copies rows t0 .. t0+n−1 of head (b, h) out of the strided [B,T,H,·] inputs. */
-function gatherChunk(x: RawKda, b: number, h: number, t0: number, w: ChunkWork): void {
-  const { T, H, K, V } = x;
-  const { n, q, k, v, g, beta } = w;
+function gatherChunk(x: KdaProblem, w: ChunkWork): void {
+  const { K, V } = x;
+  const { n, q, k, v, g, beta, token0, tokenStride } = w;
   for (let r = 0; r < n; r++) {
-    const token = (b * T + t0 + r) * H + h;
+    const token = token0 + r * tokenStride;
     const src = token * K, dst = r * K;
     for (let d = 0; d < K; d++) {
       q[dst + d] = x.q[src + d];
@@ -446,33 +88,27 @@ function gatherChunk(x: RawKda, b: number, h: number, t0: number, w: ChunkWork):
   }
 }
 
-/** G_r = Σ_{s ≤ r} g_s per channel, restarting at every chunk so that G stays within C gates. */
-function gateCumsum(w: ChunkWork): void {
-  const { n, K, g, G } = w;
-  for (let d = 0; d < K; d++) G[d] = g[d];
-  for (let r = 1; r < n; r++) {
-    for (let d = 0; d < K; d++) G[r * K + d] = G[(r - 1) * K + d] + g[r * K + d];
-  }
-}
-
 /**
- * Γ = e^G and e^{G_C − G} (decay from row r to the chunk end), both with exponents ≤ 0, then the
+ * The per-token decays a_t = e^{g_t}, then Γ_r = a_0 ⋯ a_r (decay from the chunk start) and
+ * e^{G_C − G_r} = a_{r+1} ⋯ a_C (decay from row r to the chunk end) as running products, then the
  * gated operands Q ⊙ Γ, Kβ = diag(β)(K ⊙ Γ), Vβ = diag(β)V and Kd = K ⊙ e^{G_C − G}.
  */
 function gateFactors(w: ChunkWork): void {
-  const { n, K, V, q, k, v, beta, G, gamma, decayToEnd, qGamma, kBeta, vBeta, kDecayed } = w;
+  const { n, K, V, q, k, v, g, beta, decay: a, gamma, decayToEnd } = w;
+  const { qGamma, kBeta, vBeta, kDecayed } = w;
+  for (let i = 0; i < n * K; i++) a[i] = Math.exp(g[i]);
+  for (let d = 0; d < K; d++) gamma[d] = a[d];
+  for (let i = K; i < n * K; i++) gamma[i] = gamma[i - K] * a[i];
   const last = (n - 1) * K;
+  for (let d = 0; d < K; d++) decayToEnd[last + d] = 1;
+  for (let i = last - 1; i >= 0; i--) decayToEnd[i] = decayToEnd[i + K] * a[i + K];
   for (let r = 0; r < n; r++) {
     const br = beta[r];
     for (let d = 0; d < K; d++) {
       const i = r * K + d;
-      const gam = Math.exp(G[i]);
-      const toEnd = Math.exp(G[last + d] - G[i]);
-      gamma[i] = gam;
-      decayToEnd[i] = toEnd;
-      qGamma[i] = q[i] * gam;
-      kBeta[i] = br * k[i] * gam;
-      kDecayed[i] = k[i] * toEnd;
+      qGamma[i] = q[i] * gamma[i];
+      kBeta[i] = br * k[i] * gamma[i];
+      kDecayed[i] = k[i] * decayToEnd[i];
     }
     for (let j = 0; j < V; j++) vBeta[r * V + j] = br * v[r * V + j];
   }
@@ -484,17 +120,18 @@ function pairOffset(r: number, s: number, K: number): number {
 }
 
 /**
- * E_rsd = e^{G_rd − G_sd} for r ≥ s: the decay from token s to token r. The difference is taken
- * BEFORE exponentiating; e^{G_r} · e^{−G_s} would overflow e^{−G_s} once G_s < −709.
+ * E_rsd = a_{s+1},d ⋯ a_rd = e^{g_{s+1},d + … + g_rd} for r ≥ s: the decay from token s to token r,
+ * built from the diagonal (E_rr = 1) towards s = 0 as E_rs = E_r,s+1 ⊙ a_{s+1}.
  */
 function pairwiseDecay(w: ChunkWork): void {
-  const { n, K, G, E } = w;
+  const { n, K, E, decay: a } = w;
   for (let r = 0; r < n; r++) {
-    for (let s = 0; s < r; s++) {
-      const e = pairOffset(r, s, K);
-      for (let d = 0; d < K; d++) E[e + d] = Math.exp(G[r * K + d] - G[s * K + d]);
+    const diag = pairOffset(r, r, K);
+    E.fill(1, diag, diag + K); // no decay from a token to itself
+    for (let s = r - 1; s >= 0; s--) {
+      const e = pairOffset(r, s, K), as = (s + 1) * K;
+      for (let d = 0; d < K; d++) E[e + d] = E[e + K + d] * a[as + d];
     }
-    E.fill(1, pairOffset(r, r, K), pairOffset(r, r, K) + K); // no decay from a token to itself
   }
 }
 
@@ -533,23 +170,23 @@ function intraChunk(w: ChunkWork): void {
   }
   W.fill(0, 0, n * K);
   U.fill(0, 0, n * V);
-  addAB(W, K, T, C, kBeta, K, n, n, K, 1, "lower");
-  addAB(U, V, T, C, vBeta, V, n, n, V, 1, "lower");
+  matmulAdd("AB", W, K, T, C, kBeta, K, { m: n, n: K, p: n, lowerA: true });
+  matmulAdd("AB", U, V, T, C, vBeta, V, { m: n, n: V, p: n, lowerA: true });
 }
 
 /** Vn = U − W S: the chunk's values minus what the chunk-start state already predicts. */
 function newValues(w: ChunkWork): void {
   const { n, K, V, W, U, Vn, state: S } = w;
   for (let i = 0; i < n * V; i++) Vn[i] = U[i];
-  addAB(Vn, V, W, K, S, V, n, K, V, -1);
+  matmulAdd("AB", Vn, V, W, K, S, V, { m: n, n: V, p: K, alpha: -1 });
 }
 
 /** O = scale (Q ⊙ Γ) S + P Vn: the inter-chunk read of S plus the causal intra-chunk part. */
 function chunkOutput(w: ChunkWork): void {
   const { n, C, K, V, scale, qGamma, P, Vn, O, state: S } = w;
   O.fill(0, 0, n * V);
-  addAB(O, V, qGamma, K, S, V, n, K, V, scale);
-  addAB(O, V, P, C, Vn, V, n, n, V, 1, "lower");
+  matmulAdd("AB", O, V, qGamma, K, S, V, { m: n, n: V, p: K, alpha: scale });
+  matmulAdd("AB", O, V, P, C, Vn, V, { m: n, n: V, p: n, lowerA: true });
 }
 
 /** One step of the inter-chunk scan, in place: S ← diag(γ_C) S + Kdᵀ Vn. */
@@ -560,20 +197,19 @@ function stateScan(w: ChunkWork): void {
     const gl = gamma[last + d], dV = d * V;
     for (let j = 0; j < V; j++) S[dV + j] *= gl;
   }
-  addAtB(S, V, kDecayed, K, Vn, V, n, K, V, 1);
+  matmulAdd("AtB", S, V, kDecayed, K, Vn, V, { m: K, n: V, p: n });
 }
 
 /** Everything of one chunk that depends only on its inputs (not on S): shared by both passes. */
-function prepareChunk(x: RawKda, b: number, h: number, t0: number, w: ChunkWork): void {
-  gatherChunk(x, b, h, t0, w);
-  gateCumsum(w);
+function prepareChunk(x: KdaProblem, w: ChunkWork): void {
+  gatherChunk(x, w);
   gateFactors(w);
   pairwiseDecay(w);
   intraChunk(w);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward stages (DESIGN.md 2.3, in the order listed there)
+// Backward stages (docs/kda.md 2.3, in the order listed there)
 // ---------------------------------------------------------------------------------------------
 
 /**
@@ -594,9 +230,9 @@ function stateScanBackward(w: ChunkWork, a: ChunkAdjoints): void {
     dGammaLast[d] = acc;
   }
   dKd.fill(0, 0, n * K);
-  addABt(dKd, K, Vn, V, dSe, V, n, V, K, 1);
+  matmulAdd("ABt", dKd, K, Vn, V, dSe, V, { m: n, n: K, p: V });
   dVn.fill(0, 0, n * V);
-  addAB(dVn, V, kDecayed, K, dSe, V, n, K, V, 1);
+  matmulAdd("AB", dVn, V, kDecayed, K, dSe, V, { m: n, n: V, p: K });
 }
 
 /**
@@ -607,11 +243,11 @@ function chunkOutputBackward(w: ChunkWork, a: ChunkAdjoints): void {
   const { n, C, K, V, scale, qGamma, P, Vn, state: S } = w;
   const { dO, dStateStart: dS, dQGamma, dP, dVn } = a;
   dQGamma.fill(0, 0, n * K);
-  addABt(dQGamma, K, dO, V, S, V, n, V, K, scale);
-  addAtB(dS, V, qGamma, K, dO, V, n, K, V, scale);
+  matmulAdd("ABt", dQGamma, K, dO, V, S, V, { m: n, n: K, p: V, alpha: scale });
+  matmulAdd("AtB", dS, V, qGamma, K, dO, V, { m: K, n: V, p: n, alpha: scale });
   dP.fill(0, 0, n * C);
-  addABt(dP, C, dO, V, Vn, V, n, V, n, 1, "lower");
-  addAtB(dVn, V, P, C, dO, V, n, n, V, 1, "lower");
+  matmulAdd("ABt", dP, C, dO, V, Vn, V, { m: n, n: n, p: V, out: "lower" });
+  matmulAdd("AtB", dVn, V, P, C, dO, V, { m: n, n: V, p: n, lowerA: true });
 }
 
 /** From Vn = U − W S:  dU = dVn (kept in dVn),  dW = −dVn Sᵀ,  dS −= Wᵀ dVn. */
@@ -619,8 +255,8 @@ function newValuesBackward(w: ChunkWork, a: ChunkAdjoints): void {
   const { n, K, V, W, state: S } = w;
   const { dVn, dW, dStateStart: dS } = a;
   dW.fill(0, 0, n * K);
-  addABt(dW, K, dVn, V, S, V, n, V, K, -1);
-  addAtB(dS, V, W, K, dVn, V, n, K, V, -1);
+  matmulAdd("ABt", dW, K, dVn, V, S, V, { m: n, n: K, p: V, alpha: -1 });
+  matmulAdd("AtB", dS, V, W, K, dVn, V, { m: K, n: V, p: n, alpha: -1 });
 }
 
 /**
@@ -632,12 +268,12 @@ function wyBackward(w: ChunkWork, a: ChunkAdjoints): void {
   const { n, C, K, V, T, kBeta, vBeta } = w;
   const { dW, dVn: dU, dT, dKBeta, dVBeta } = a;
   dT.fill(0, 0, n * C);
-  addABt(dT, C, dW, K, kBeta, K, n, K, n, 1, "strictLower");
-  addABt(dT, C, dU, V, vBeta, V, n, V, n, 1, "strictLower");
+  matmulAdd("ABt", dT, C, dW, K, kBeta, K, { m: n, n: n, p: K, out: "strictLower" });
+  matmulAdd("ABt", dT, C, dU, V, vBeta, V, { m: n, n: n, p: V, out: "strictLower" });
   dKBeta.fill(0, 0, n * K);
-  addAtB(dKBeta, K, T, C, dW, K, n, n, K, 1, "lower");
+  matmulAdd("AtB", dKBeta, K, T, C, dW, K, { m: n, n: K, p: n, lowerA: true });
   dVBeta.fill(0, 0, n * V);
-  addAtB(dVBeta, V, T, C, dU, V, n, n, V, 1, "lower");
+  matmulAdd("AtB", dVBeta, V, T, C, dU, V, { m: n, n: V, p: n, lowerA: true });
 }
 
 /**
@@ -743,7 +379,7 @@ function pairwiseGrads(w: ChunkWork, a: ChunkAdjoints): void {
   }
 }
 
-/** G is the cumulative sum of g, so dg_t = Σ_{r ≥ t, same chunk} dG_r. */
+/** G is the cumulative sum of g, so dg_t = Σ_{r ≥ t, same chunk} dG_r (G itself is never formed). */
 function gateCumsumBackward(w: ChunkWork, a: ChunkAdjoints): void {
   const { n, K } = w;
   const { dG, dg } = a;
@@ -755,36 +391,20 @@ function gateCumsumBackward(w: ChunkWork, a: ChunkAdjoints): void {
 }
 
 /** Copies the chunk's output cotangent rows out of the strided [B,T,H,V] dout. */
-function gatherOutputGrad(
-  dout: Float,
-  x: RawKda,
-  b: number,
-  h: number,
-  t0: number,
-  w: ChunkWork,
-  a: ChunkAdjoints,
-): void {
-  const { T, H, V } = x;
+function gatherOutputGrad(dout: Float, x: KdaProblem, w: ChunkWork, a: ChunkAdjoints): void {
+  const { V } = x;
   const { dO } = a;
   for (let r = 0; r < w.n; r++) {
-    const src = ((b * T + t0 + r) * H + h) * V, dst = r * V;
+    const src = (w.token0 + r * w.tokenStride) * V, dst = r * V;
     for (let j = 0; j < V; j++) dO[dst + j] = dout[src + j];
   }
 }
 
 /** Writes the chunk's input gradients back to the strided [B,T,H,·] layouts. */
-function scatterGrads(
-  x: RawKda,
-  b: number,
-  h: number,
-  t0: number,
-  w: ChunkWork,
-  a: ChunkAdjoints,
-  out: RawGrads,
-): void {
-  const { T, H, K, V } = x;
+function scatterGrads(x: KdaProblem, w: ChunkWork, a: ChunkAdjoints, out: KdaGrads): void {
+  const { K, V } = x;
   for (let r = 0; r < w.n; r++) {
-    const token = (b * T + t0 + r) * H + h;
+    const token = w.token0 + r * w.tokenStride;
     const dstK = token * K, srcK = r * K;
     for (let d = 0; d < K; d++) {
       out.dq[dstK + d] = a.dq[srcK + d];
@@ -802,20 +422,21 @@ function scatterGrads(
 // ---------------------------------------------------------------------------------------------
 
 /**
- * Chunked KDA forward (DESIGN.md 2.2) on the CPU.
+ * Chunked KDA forward (docs/kda.md 2.2) on the CPU.
  *
  * Splits each sequence into chunks of `chunkSize` tokens (the last may be short), computes every
  * chunk's intra-chunk part in closed form and carries one K×V state from chunk to chunk. Equals
- * the plain recurrence of DESIGN.md 2.1 up to rounding. Work and memory are linear in T.
+ * the plain recurrence of docs/kda.md 2.1 up to rounding. Work and memory are linear in T.
  *
- * @param x The raw inputs; q, k, g `[B,T,H,K]`, v `[B,T,H,V]`, beta `[B,T,H]`, optional h0
- *   `[B,H,K,V]`, all of one element type.
+ * @param x The problem, validated by the caller: q, k, g `[B,T,H,K]`, v `[B,T,H,V]`, beta
+ *   `[B,T,H]`, optional h0 `[B,H,K,V]`, all of one element type, and the resolved scale.
  * @param options `chunkSize` (16, 32 or 64); `saveStates` to also return the chunk-start states
  *   that {@linkcode chunkBackward} needs.
  * @returns `o` `[B,T,H,V]`, the final state `ht` `[B,H,K,V]` and, when `saveStates` is set,
  *   `states` `[B,H,NC,K,V]` with NC = ceil(T / chunkSize): the state at the start of every chunk.
  *   Arrays have the element type of `x.q`.
- * @throws {RangeError} When `chunkSize` is not 16, 32 or 64, or an array has the wrong length.
+ * @throws {Error} An internal error when the chunk size or an array length is wrong: callers
+ *   validate at the public boundary, so this is a bug, not a user's mistake.
  *
  * @example Forward of a tiny problem, keeping the states for the backward
  * ```ts
@@ -840,12 +461,11 @@ function scatterGrads(
  * ```
  */
 export function chunkForward(
-  x: RawKda,
+  x: KdaProblem,
   options: { chunkSize: ChunkSize; saveStates?: boolean },
 ): { o: Float; ht: Float; states?: Float } {
   const C = options.chunkSize;
-  checkChunkSize("options.chunkSize", C);
-  checkInputs(x);
+  assertProblem(x, C);
   const { B, T, H, K, V } = x;
   const NC = Math.ceil(T / C), KV = K * V;
   const o = allocLike(x.q, B * T * H * V);
@@ -860,14 +480,13 @@ export function chunkForward(
       if (x.h0 !== undefined) { for (let i = 0; i < KV; i++) S[i] = x.h0[bh * KV + i]; }
       else S.fill(0);
       for (let c = 0; c < NC; c++) {
-        const t0 = c * C;
-        w.n = Math.min(C, T - t0);
+        enterChunk(x, b, h, c, w);
         if (states !== undefined) states.set(S, (bh * NC + c) * KV);
-        prepareChunk(x, b, h, t0, w);
+        prepareChunk(x, w);
         newValues(w);
         chunkOutput(w);
         for (let r = 0; r < w.n; r++) {
-          const dst = ((b * T + t0 + r) * H + h) * V;
+          const dst = (w.token0 + r * H) * V;
           for (let j = 0; j < V; j++) o[dst + j] = w.O[r * V + j];
         }
         stateScan(w);
@@ -879,21 +498,22 @@ export function chunkForward(
 }
 
 /**
- * Hand-written chunked KDA backward (DESIGN.md 2.3) on the CPU.
+ * Hand-written chunked KDA backward (docs/kda.md 2.3) on the CPU.
  *
  * Walks the chunks of each sequence in reverse order; for each one it recomputes the intra-chunk
  * quantities from the inputs and the saved chunk-start state, then pulls the output cotangent and
  * the state cotangent arriving at the chunk end back to the chunk's inputs and its start state.
  * Nothing of size T×T or C×C is saved between the passes: only `states`.
  *
- * @param x The same raw inputs that were given to {@linkcode chunkForward}.
+ * @param x The same problem that was given to {@linkcode chunkForward}.
  * @param states The chunk-start states `[B,H,NC,K,V]` returned by `chunkForward` with
  *   `saveStates: true` and the same `chunkSize`.
  * @param cotangents `dout` `[B,T,H,V]` and optional `dht` `[B,H,K,V]` (absent means zero).
  * @param options `chunkSize`: 16, 32 or 64, as in the forward.
  * @returns `dq, dk, dv, dg, dbeta, dh0` in the layouts of the inputs (`dh0` `[B,H,K,V]` always,
  *   whether or not `x.h0` was given), with the element type of `x.q`.
- * @throws {RangeError} When `chunkSize` is not 16, 32 or 64, or an array has the wrong length.
+ * @throws {Error} An internal error when the chunk size or an array length is wrong: callers
+ *   validate at the public boundary, so this is a bug, not a user's mistake.
  *
  * @example Gradients of a tiny random problem
  * ```ts
@@ -915,22 +535,23 @@ export function chunkForward(
  * ```
  */
 export function chunkBackward(
-  x: RawKda,
+  x: KdaProblem,
   states: Float,
-  cotangents: RawCotangents,
+  cotangents: KdaCotangents,
   options: { chunkSize: ChunkSize },
-): RawGrads {
+): KdaGrads {
   const C = options.chunkSize;
-  checkChunkSize("options.chunkSize", C);
-  checkInputs(x);
+  assertProblem(x, C);
   const { B, T, H, K, V } = x;
   const NC = Math.ceil(T / C), KV = K * V;
-  checkLength("states", states, "B·H·NC·K·V", B * H * NC * KV);
   const { dout, dht } = cotangents;
-  checkLength("dout", dout, "B·T·H·V", B * T * H * V);
-  if (dht !== undefined) checkLength("dht", dht, "B·H·K·V", B * H * KV);
+  assert(
+    states.length === B * H * NC * KV && dout.length === B * T * H * V &&
+      (dht === undefined || dht.length === B * H * KV),
+    "states, dout and dht of the lengths given by B, T, H, K, V and the chunk size",
+  );
 
-  const grads: RawGrads = {
+  const grads: KdaGrads = {
     dq: allocLike(x.q, B * T * H * K),
     dk: allocLike(x.q, B * T * H * K),
     dv: allocLike(x.q, B * T * H * V),
@@ -947,14 +568,13 @@ export function chunkBackward(
       if (dht !== undefined) { for (let i = 0; i < KV; i++) a.dStateEnd[i] = dht[bh * KV + i]; }
       else a.dStateEnd.fill(0);
       for (let c = NC - 1; c >= 0; c--) {
-        const t0 = c * C;
-        w.n = Math.min(C, T - t0);
+        enterChunk(x, b, h, c, w);
         const stateOffset = (bh * NC + c) * KV;
         for (let i = 0; i < KV; i++) w.state[i] = states[stateOffset + i];
         // Recompute the forward of this chunk from its start state.
-        prepareChunk(x, b, h, t0, w);
+        prepareChunk(x, w);
         newValues(w);
-        gatherOutputGrad(dout, x, b, h, t0, w, a);
+        gatherOutputGrad(dout, x, w, a);
         // Pull the cotangents back through the chunk.
         stateScanBackward(w, a);
         chunkOutputBackward(w, a);
@@ -964,7 +584,7 @@ export function chunkBackward(
         elementwiseGrads(w, a);
         pairwiseGrads(w, a);
         gateCumsumBackward(w, a);
-        scatterGrads(x, b, h, t0, w, a, grads);
+        scatterGrads(x, w, a, grads);
         // The start state's cotangent arrives at the end of the previous chunk.
         const dStart = a.dStateStart;
         a.dStateStart = a.dStateEnd;

@@ -1,7 +1,8 @@
 /**
- * A small reverse-mode autodiff tape over f64 or f32 tensors. Every op sits in one table with its
- * forward and its vector-Jacobian product side by side; `Tape.backward` walks the recorded nodes in
- * reverse. The tape knows nothing about KDA: the KDA op enters it as a custom node.
+ * A small autodiff tape over f64 or f32 tensors, reverse and forward mode. Every op sits in one
+ * table with its forward, its vector-Jacobian product and its Jacobian-vector product side by
+ * side; `Tape.backward` walks the recorded nodes in reverse, `jvp` (and `Tape.jvpFrom`) forwards.
+ * The tape knows nothing about KDA: the KDA op enters it as a custom node.
  *
  * @example Usage
  * ```ts
@@ -19,6 +20,7 @@
 
 export { alloc, type Data, type DType, dtypeOf, sizeOf, Tensor } from "./tensor.ts";
 export { type Gradients, type MaybePromise, Tape, type TapeNode, tapeOf } from "./tape.ts";
+export { jvp } from "./jvp.ts";
 export {
   add,
   causalConv,

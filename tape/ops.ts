@@ -1,203 +1,10 @@
-// The op table: every op is one entry with its forward and its VJP side by side. `apply` runs the
-// forward and, when an input requires a gradient, records a node whose VJP is the entry's.
+// The tape's public op functions: each checks its arguments, in the caller's words, and runs its
+// entry of the op table (_table.ts), where the forward, VJP and JVP live side by side.
 
-import { type Tape, tapeOf } from "./tape.ts";
 import { alloc, type Data, type DType, sizeOf, Tensor } from "./tensor.ts";
-
-type Shape = readonly number[];
-
-/** What an op's forward returns: its values and shape. */
-interface Value {
-  data: Data;
-  shape: Shape;
-}
-
-/** One op: forward from input values, VJP from the output cotangent. */
-interface OpDef<A> {
-  forward(xs: readonly Tensor[], attrs: A): Value;
-  vjp(gy: Data, xs: readonly Tensor[], y: Value, attrs: A): (Data | null)[];
-}
-
-function apply<A>(name: string, def: OpDef<A>, xs: readonly Tensor[], attrs: A): Tensor {
-  const tape = tapeOf(xs);
-  const y = def.forward(xs, attrs);
-  if (tape === undefined) return new Tensor(y.data, y.shape);
-  const out = tape.output(y.data, y.shape);
-  tape.record({
-    name,
-    inputs: xs,
-    outputs: [out],
-    vjp: ([gy]) => def.vjp(gy!, xs, y, attrs),
-  });
-  return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Broadcasting (numpy rules, right-aligned)
-
-function broadcastShape(a: Shape, b: Shape, op: string): number[] {
-  const n = Math.max(a.length, b.length);
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const da = a[a.length - n + i] ?? 1;
-    const db = b[b.length - n + i] ?? 1;
-    if (da !== db && da !== 1 && db !== 1) {
-      throw new RangeError(
-        `${op}() shapes must broadcast: got [${a.join(", ")}] and [${b.join(", ")}]`,
-      );
-    }
-    out.push(da === 1 ? db : da);
-  }
-  return out;
-}
-
-/** Strides of `shape` laid over `outShape`, 0 where `shape` broadcasts. */
-function broadcastStrides(shape: Shape, outShape: Shape): number[] {
-  const strides = new Array<number>(outShape.length).fill(0);
-  let stride = 1;
-  for (let i = shape.length - 1; i >= 0; i--) {
-    const o = outShape.length - shape.length + i;
-    strides[o] = shape[i] === 1 ? 0 : stride;
-    stride *= shape[i];
-  }
-  return strides;
-}
-
-/** Visits every index of `outShape` in row-major order with the matching offsets into a and b. */
-function forEachBroadcast(
-  outShape: Shape,
-  sa: number[],
-  sb: number[],
-  fn: (i: number, ia: number, ib: number) => void,
-): void {
-  const n = sizeOf(outShape);
-  if (n === 0) return;
-  const rank = outShape.length;
-  if (rank === 0) return fn(0, 0, 0);
-  const last = outShape[rank - 1], la = sa[rank - 1], lb = sb[rank - 1];
-  const counter = new Array<number>(rank).fill(0);
-  let ia = 0, ib = 0;
-  for (let i = 0; i < n; i += last) {
-    for (let j = 0; j < last; j++) fn(i + j, ia + j * la, ib + j * lb);
-    for (let d = rank - 2; d >= 0; d--) {
-      counter[d]++;
-      ia += sa[d];
-      ib += sb[d];
-      if (counter[d] < outShape[d]) break;
-      ia -= sa[d] * outShape[d];
-      ib -= sb[d] * outShape[d];
-      counter[d] = 0;
-    }
-  }
-}
-
-/** Sums a cotangent of shape `from` down to the broadcast operand's `to` shape. */
-function sumToShape(g: Data, from: Shape, to: Shape): Data {
-  if (sizeOf(from) === sizeOf(to)) return g;
-  const out = alloc(g instanceof Float64Array ? "f64" : "f32", sizeOf(to));
-  const st = broadcastStrides(to, from);
-  forEachBroadcast(from, st, st, (i, it) => {
-    out[it] += g[i];
-  });
-  return out;
-}
-
-function binary(
-  name: string,
-  f: (a: number, b: number) => number,
-  grad: (a: number, b: number, y: number, g: number) => [number, number],
-): OpDef<void> {
-  return {
-    forward([a, b]) {
-      const shape = broadcastShape(a.shape, b.shape, name);
-      const data = alloc(a.dtype, sizeOf(shape));
-      const ad = a.data, bd = b.data;
-      forEachBroadcast(
-        shape,
-        broadcastStrides(a.shape, shape),
-        broadcastStrides(b.shape, shape),
-        (i, ia, ib) => {
-          data[i] = f(ad[ia], bd[ib]);
-        },
-      );
-      return { data, shape };
-    },
-    vjp(gy, [a, b], y) {
-      const ga = alloc(a.dtype, sizeOf(y.shape)), gb = alloc(b.dtype, sizeOf(y.shape));
-      const ad = a.data, bd = b.data, yd = y.data;
-      forEachBroadcast(
-        y.shape,
-        broadcastStrides(a.shape, y.shape),
-        broadcastStrides(b.shape, y.shape),
-        (i, ia, ib) => {
-          const [da, db] = grad(ad[ia], bd[ib], yd[i], gy[i]);
-          ga[i] = da;
-          gb[i] = db;
-        },
-      );
-      return [
-        a.tape ? sumToShape(ga, y.shape, a.shape) : null,
-        b.tape ? sumToShape(gb, y.shape, b.shape) : null,
-      ];
-    },
-  };
-}
-
-function unary(
-  f: (x: number) => number,
-  grad: (x: number, y: number, g: number) => number,
-): OpDef<void> {
-  return {
-    forward([x]) {
-      const data = alloc(x.dtype, x.size);
-      const xd = x.data;
-      for (let i = 0; i < data.length; i++) data[i] = f(xd[i]);
-      return { data, shape: x.shape };
-    },
-    vjp(gy, [x], y) {
-      const gx = alloc(x.dtype, x.size);
-      const xd = x.data, yd = y.data;
-      for (let i = 0; i < gx.length; i++) gx[i] = grad(xd[i], yd[i], gy[i]);
-      return [gx];
-    },
-  };
-}
-
-const sigmoidOf = (x: number) => x >= 0 ? 1 / (1 + Math.exp(-x)) : Math.exp(x) / (1 + Math.exp(x));
-
-// Raw matmul kernels over row-major arrays; loops in i-k-j order for contiguous inner access.
-function mm(a: Data, b: Data, out: Data, m: number, k: number, n: number): void {
-  for (let i = 0; i < m; i++) {
-    for (let p = 0; p < k; p++) {
-      const av = a[i * k + p];
-      for (let j = 0; j < n; j++) out[i * n + j] += av * b[p * n + j];
-    }
-  }
-}
-/** out[m,k] += g[m,n] · b[k,n]ᵀ */
-function mmNT(g: Data, b: Data, out: Data, m: number, n: number, k: number): void {
-  for (let i = 0; i < m; i++) {
-    for (let p = 0; p < k; p++) {
-      let s = 0;
-      for (let j = 0; j < n; j++) s += g[i * n + j] * b[p * n + j];
-      out[i * k + p] += s;
-    }
-  }
-}
-/** out[k,n] += a[m,k]ᵀ · g[m,n] */
-function mmTN(a: Data, g: Data, out: Data, m: number, k: number, n: number): void {
-  for (let i = 0; i < m; i++) {
-    for (let p = 0; p < k; p++) {
-      const av = a[i * k + p];
-      for (let j = 0; j < n; j++) out[p * n + j] += av * g[i * n + j];
-    }
-  }
-}
-
-/** [outer, n, inner] view of a shape around `axis`. */
-function around(shape: Shape, axis: number): [number, number, number] {
-  return [sizeOf(shape.slice(0, axis)), shape[axis], sizeOf(shape.slice(axis + 1))];
-}
+import { type MaybePromise, type Tape, tapeOf } from "./tape.ts";
+import { apply, OPS, rowNorm, unstackDef } from "./_table.ts";
+import type { Shape } from "./_broadcast.ts";
 
 function checkAxis(name: string, shape: Shape, axis: number): number {
   const a = axis < 0 ? axis + shape.length : axis;
@@ -208,252 +15,6 @@ function checkAxis(name: string, shape: Shape, axis: number): number {
   }
   return a;
 }
-
-/** Normalisations over the last axis share one shape: rows of length n. */
-function rowNorm(mean: boolean, eps: number): OpDef<void> {
-  // y = x / sqrt(Σx²/div + eps): div = 1 is L2 normalisation, div = n (the mean) is RMSNorm.
-  return {
-    forward([x]) {
-      const n = x.shape[x.shape.length - 1];
-      const data = alloc(x.dtype, x.size);
-      const xd = x.data;
-      const div = mean ? n : 1;
-      for (let r = 0; r < x.size; r += n) {
-        let ss = 0;
-        for (let j = 0; j < n; j++) ss += xd[r + j] * xd[r + j];
-        const inv = 1 / Math.sqrt(ss / div + eps);
-        for (let j = 0; j < n; j++) data[r + j] = xd[r + j] * inv;
-      }
-      return { data, shape: x.shape };
-    },
-    vjp(gy, [x], y) {
-      // dx = r·(g − y·(g·y)/div), with r = 1/sqrt(Σx²/div + eps)
-      const n = x.shape[x.shape.length - 1];
-      const gx = alloc(x.dtype, x.size);
-      const xd = x.data, yd = y.data;
-      const div = mean ? n : 1;
-      for (let r = 0; r < x.size; r += n) {
-        let ss = 0, gdoty = 0;
-        for (let j = 0; j < n; j++) {
-          ss += xd[r + j] * xd[r + j];
-          gdoty += gy[r + j] * yd[r + j];
-        }
-        const inv = 1 / Math.sqrt(ss / div + eps);
-        for (let j = 0; j < n; j++) gx[r + j] = inv * (gy[r + j] - yd[r + j] * gdoty / div);
-      }
-      return [gx];
-    },
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// The table
-
-const OPS = {
-  add: binary("add", (a, b) => a + b, (_a, _b, _y, g) => [g, g]),
-  sub: binary("sub", (a, b) => a - b, (_a, _b, _y, g) => [g, -g]),
-  mul: binary("mul", (a, b) => a * b, (a, b, _y, g) => [g * b, g * a]),
-  div: binary("div", (a, b) => a / b, (_a, b, y, g) => [g / b, -g * y / b]),
-
-  exp: unary(Math.exp, (_x, y, g) => g * y),
-  log: unary(Math.log, (x, _y, g) => g / x),
-  sqrt: unary(Math.sqrt, (_x, y, g) => g / (2 * y)),
-  rsqrt: unary((x) => 1 / Math.sqrt(x), (_x, y, g) => -0.5 * g * y * y * y),
-  sigmoid: unary(sigmoidOf, (_x, y, g) => g * y * (1 - y)),
-  silu: unary((x) => x * sigmoidOf(x), (x, _y, g) => {
-    const s = sigmoidOf(x);
-    return g * (s + x * s * (1 - s));
-  }),
-  softplus: unary(
-    (x) => x > 0 ? x + Math.log1p(Math.exp(-x)) : Math.log1p(Math.exp(x)),
-    (x, _y, g) => g * sigmoidOf(x),
-  ),
-
-  scale: {
-    forward([x], c: number) {
-      const data = alloc(x.dtype, x.size);
-      for (let i = 0; i < data.length; i++) data[i] = x.data[i] * c;
-      return { data, shape: x.shape };
-    },
-    vjp(gy, [x], _y, c: number) {
-      const gx = alloc(x.dtype, x.size);
-      for (let i = 0; i < gx.length; i++) gx[i] = gy[i] * c;
-      return [gx];
-    },
-  } satisfies OpDef<number>,
-
-  matmul: {
-    // [m,k] · [k,n] → [m,n]
-    forward([a, b]) {
-      const [m, k] = a.shape, n = b.shape[1];
-      const data = alloc(a.dtype, m * n);
-      mm(a.data, b.data, data, m, k, n);
-      return { data, shape: [m, n] };
-    },
-    vjp(gy, [a, b]) {
-      const [m, k] = a.shape, n = b.shape[1];
-      let ga: Data | null = null, gb: Data | null = null;
-      if (a.tape) mmNT(gy, b.data, ga = alloc(a.dtype, m * k), m, n, k);
-      if (b.tape) mmTN(a.data, gy, gb = alloc(b.dtype, k * n), m, k, n);
-      return [ga, gb];
-    },
-  } satisfies OpDef<void>,
-
-  transpose: {
-    forward([x]) {
-      const [m, n] = x.shape;
-      const data = alloc(x.dtype, x.size);
-      for (let i = 0; i < m; i++) for (let j = 0; j < n; j++) data[j * m + i] = x.data[i * n + j];
-      return { data, shape: [n, m] };
-    },
-    vjp(gy, [x]) {
-      const [m, n] = x.shape;
-      const gx = alloc(x.dtype, x.size);
-      for (let i = 0; i < m; i++) for (let j = 0; j < n; j++) gx[i * n + j] = gy[j * m + i];
-      return [gx];
-    },
-  } satisfies OpDef<void>,
-
-  sum: {
-    forward([x], { axis, keepDims }: { axis: number; keepDims: boolean }) {
-      const [outer, n, inner] = around(x.shape, axis);
-      const data = alloc(x.dtype, outer * inner);
-      for (let o = 0; o < outer; o++) {
-        for (let j = 0; j < n; j++) {
-          const src = (o * n + j) * inner;
-          for (let i = 0; i < inner; i++) data[o * inner + i] += x.data[src + i];
-        }
-      }
-      const shape = keepDims
-        ? x.shape.map((d, i) => i === axis ? 1 : d)
-        : x.shape.filter((_, i) => i !== axis);
-      return { data, shape };
-    },
-    vjp(gy, [x], _y, { axis }) {
-      const [outer, n, inner] = around(x.shape, axis);
-      const gx = alloc(x.dtype, x.size);
-      for (let o = 0; o < outer; o++) {
-        for (let j = 0; j < n; j++) {
-          const dst = (o * n + j) * inner;
-          for (let i = 0; i < inner; i++) gx[dst + i] = gy[o * inner + i];
-        }
-      }
-      return [gx];
-    },
-  } satisfies OpDef<{ axis: number; keepDims: boolean }>,
-
-  reshape: {
-    forward([x], shape: Shape) {
-      return { data: x.data, shape };
-    },
-    vjp(gy) {
-      return [gy];
-    },
-  } satisfies OpDef<Shape>,
-
-  slice: {
-    forward([x], { axis, start, end }: { axis: number; start: number; end: number }) {
-      const [outer, n, inner] = around(x.shape, axis);
-      const len = end - start;
-      const data = alloc(x.dtype, outer * len * inner);
-      for (let o = 0; o < outer; o++) {
-        data.set(
-          x.data.subarray((o * n + start) * inner, (o * n + end) * inner),
-          o * len * inner,
-        );
-      }
-      return { data, shape: x.shape.map((d, i) => i === axis ? len : d) };
-    },
-    vjp(gy, [x], _y, { axis, start, end }) {
-      const [outer, n, inner] = around(x.shape, axis);
-      const len = end - start;
-      const gx = alloc(x.dtype, x.size);
-      for (let o = 0; o < outer; o++) {
-        gx.set(gy.subarray(o * len * inner, (o + 1) * len * inner), (o * n + start) * inner);
-      }
-      return [gx];
-    },
-  } satisfies OpDef<{ axis: number; start: number; end: number }>,
-
-  concat: {
-    forward(xs, axis: number) {
-      const shape = xs[0].shape.map((d, i) =>
-        i === axis ? xs.reduce((s, x) => s + x.shape[axis], 0) : d
-      );
-      const [outer, n, inner] = around(shape, axis);
-      const data = alloc(xs[0].dtype, sizeOf(shape));
-      let offset = 0;
-      for (const x of xs) {
-        const len = x.shape[axis];
-        for (let o = 0; o < outer; o++) {
-          data.set(
-            x.data.subarray(o * len * inner, (o + 1) * len * inner),
-            (o * n + offset) * inner,
-          );
-        }
-        offset += len;
-      }
-      return { data, shape };
-    },
-    vjp(gy, xs, y, axis) {
-      const [outer, n, inner] = around(y.shape, axis);
-      let offset = 0;
-      return xs.map((x) => {
-        const len = x.shape[axis];
-        const start = offset;
-        offset += len;
-        if (!x.tape) return null;
-        const gx = alloc(x.dtype, x.size);
-        for (let o = 0; o < outer; o++) {
-          gx.set(
-            gy.subarray((o * n + start) * inner, (o * n + start + len) * inner),
-            o * len * inner,
-          );
-        }
-        return gx;
-      });
-    },
-  } satisfies OpDef<number>,
-
-  causalConv: {
-    // y[b,t,c] = Σ_j w[c,j] · u[b, t−W+1+j, c], zeros before t = 0
-    forward([u, w]) {
-      const [B, T, C] = u.shape, W = w.shape[1];
-      const data = alloc(u.dtype, u.size);
-      for (let b = 0; b < B; b++) {
-        for (let t = 0; t < T; t++) {
-          for (let c = 0; c < C; c++) {
-            let s = 0;
-            for (let j = 0; j < W; j++) {
-              const src = t - W + 1 + j;
-              if (src >= 0) s += w.data[c * W + j] * u.data[(b * T + src) * C + c];
-            }
-            data[(b * T + t) * C + c] = s;
-          }
-        }
-      }
-      return { data, shape: u.shape };
-    },
-    vjp(gy, [u, w]) {
-      const [B, T, C] = u.shape, W = w.shape[1];
-      const gu = alloc(u.dtype, u.size), gw = alloc(w.dtype, w.size);
-      for (let b = 0; b < B; b++) {
-        for (let t = 0; t < T; t++) {
-          for (let c = 0; c < C; c++) {
-            const g = gy[(b * T + t) * C + c];
-            for (let j = 0; j < W; j++) {
-              const src = t - W + 1 + j;
-              if (src < 0) continue;
-              gu[(b * T + src) * C + c] += w.data[c * W + j] * g;
-              gw[c * W + j] += u.data[(b * T + src) * C + c] * g;
-            }
-          }
-        }
-      }
-      return [u.tape ? gu : null, w.tape ? gw : null];
-    },
-  } satisfies OpDef<void>,
-};
 
 // ---------------------------------------------------------------------------------------------
 // The public functions
@@ -936,30 +497,7 @@ export function rmsnorm(x: Tensor, options: { eps?: number } = {}): Tensor {
 export function unstack(x: Tensor, axis: number): Tensor[] {
   checkTensor("unstack", "x", x);
   const a = checkAxis("unstack", x.shape, axis);
-  const [outer, n, inner] = around(x.shape, a);
-  const shape = x.shape.filter((_, i) => i !== a);
-  const outputs = [];
-  for (let j = 0; j < n; j++) {
-    const data = alloc(x.dtype, outer * inner);
-    for (let o = 0; o < outer; o++) {
-      data.set(x.data.subarray((o * n + j) * inner, (o * n + j + 1) * inner), o * inner);
-    }
-    outputs.push({ data, shape });
-  }
-  return customNode("unstack", {
-    inputs: [x],
-    outputs,
-    vjp(gys) {
-      const gx = alloc(x.dtype, x.size);
-      gys.forEach((g, j) => {
-        if (g === null) return;
-        for (let o = 0; o < outer; o++) {
-          gx.set(g.subarray(o * inner, (o + 1) * inner), (o * n + j) * inner);
-        }
-      });
-      return [gx];
-    },
-  });
+  return customNode("unstack", unstackDef(x, a));
 }
 
 /**
@@ -997,11 +535,13 @@ export function stack(xs: readonly Tensor[], axis: number): Tensor {
 
 /**
  * Records a custom node with any number of inputs and outputs: the outputs' values are given,
- * and `vjp` maps their cotangents back. When no input requires a gradient nothing is recorded and
- * the outputs are constants.
+ * `vjp` maps their cotangents back and the optional `jvp` maps the inputs' tangents forward. When
+ * no input requires a gradient nothing is recorded and the outputs are constants. A node without
+ * a `jvp` works in reverse mode; forward mode (`jvp`) through it throws an error naming it.
  *
  * @param name The node's name.
- * @param def `inputs` (undefined entries allowed), `outputs` as values with shapes, `vjp`, and an
+ * @param def `inputs` (undefined entries allowed), `outputs` as values with shapes, `vjp`, an
+ * optional `jvp` (tangents of the inputs, null for none, to tangents of the outputs), and an
  * optional `dispose` for held resources.
  * @returns The output tensors, in order.
  *
@@ -1014,6 +554,7 @@ export function stack(xs: readonly Tensor[], axis: number): Tensor {
  *   inputs: [x],
  *   outputs: [{ data: new Float64Array([4]), shape: [1] }],
  *   vjp: ([g]) => [g === null ? null : g.map((v) => 2 * v)],
+ *   jvp: ([t]) => [t === null ? null : t.map((v) => 2 * v)],
  * });
  * ```
  */
@@ -1022,16 +563,16 @@ export function customNode(
   def: {
     inputs: readonly (Tensor | undefined)[];
     outputs: readonly { data: Data; shape: readonly number[] }[];
-    vjp: (
-      cotangents: readonly (Data | null)[],
-    ) => readonly (Data | null)[] | Promise<readonly (Data | null)[]>;
+    vjp: (cotangents: readonly (Data | null)[]) => MaybePromise<readonly (Data | null)[]>;
+    jvp?: (tangents: readonly (Data | null)[]) => MaybePromise<readonly (Data | null)[]>;
     dispose?: () => void;
   },
 ): Tensor[] {
   const tape: Tape | undefined = tapeOf(def.inputs);
   if (tape === undefined) return def.outputs.map((o) => new Tensor(o.data, o.shape));
   const outputs = def.outputs.map((o) => tape.output(o.data, o.shape));
-  tape.record({ name, inputs: def.inputs, outputs, vjp: def.vjp, dispose: def.dispose });
+  const { inputs, vjp, jvp, dispose } = def;
+  tape.record({ name, inputs, outputs, vjp, jvp, dispose });
   return outputs;
 }
 

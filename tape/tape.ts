@@ -1,5 +1,5 @@
-// The reverse-mode tape: a Wengert list of nodes in creation order, so walking it backwards is a
-// valid topological order without any graph search.
+// The tape: a Wengert list of nodes in creation order. Walking it backwards is a valid order for
+// reverse mode (VJPs), walking it forwards one for forward mode (JVPs), without any graph search.
 
 import { alloc, type Data, describe, type DType, dtypeOf, Tensor } from "./tensor.ts";
 
@@ -7,8 +7,9 @@ import { alloc, type Data, describe, type DType, dtypeOf, Tensor } from "./tenso
 export type MaybePromise<T> = T | Promise<T>;
 
 /**
- * A recorded op: its inputs, its outputs and the vector-Jacobian product that maps the outputs'
- * cotangents (null where none arrived) to the inputs' (null where the input gets none).
+ * A recorded op: its inputs, its outputs, the vector-Jacobian product that maps the outputs'
+ * cotangents (null where none arrived) to the inputs' (null where the input gets none), and the
+ * Jacobian-vector product that maps the inputs' tangents (null where none) to the outputs'.
  */
 export interface TapeNode {
   /** The op's name, for error messages and counters. */
@@ -19,6 +20,8 @@ export interface TapeNode {
   readonly outputs: readonly Tensor[];
   /** Maps output cotangents to input cotangents. */
   vjp(cotangents: readonly (Data | null)[]): MaybePromise<readonly (Data | null)[]>;
+  /** Maps input tangents to output tangents; absent on a custom node given no JVP. */
+  jvp?(tangents: readonly (Data | null)[]): MaybePromise<readonly (Data | null)[]>;
   /** Frees what the node holds (device buffers) when the tape is disposed. */
   dispose?(): void;
 }
@@ -128,17 +131,7 @@ export class Tape {
   ): Promise<Gradients> {
     if (this.#disposed) throw new Error("Cannot run backward on a disposed tape");
     for (const [i, { output, cotangent }] of seeds.entries()) {
-      if (!(output instanceof Tensor) || output.tape !== this) {
-        throw new TypeError(
-          `Backward output ${i} must be a tensor recorded on this tape: got one that is not`,
-        );
-      }
-      this.#checkDtype(cotangent, `Cotangent ${i}`);
-      if (cotangent.length !== output.size) {
-        throw new RangeError(
-          `Cotangent ${i} must have ${output.size} elements: got ${cotangent.length}`,
-        );
-      }
+      this.#checkSeed(output, cotangent, `Backward output ${i}`, `Cotangent ${i}`);
     }
     const grads = new Map<Tensor, Data>();
     const owned = new Set<Data>();
@@ -188,11 +181,63 @@ export class Tape {
     return out;
   }
 
+  /**
+   * Runs forward mode: pushes tangents of some tensors (typically the variables) through every
+   * recorded node in creation order and returns the tangent of every tensor that one reached. A
+   * tensor that no seed reaches has a zero tangent and no entry. Every node on the way must have a
+   * JVP rule; a custom node recorded without one makes this throw an error that names it.
+   *
+   * @param seeds Tensors on this tape and their tangents (`tensor.size` values each).
+   * @returns The tangents, keyed by tensor.
+   */
+  async jvpFrom(seeds: readonly { input: Tensor; tangent: Data }[]): Promise<Map<Tensor, Data>> {
+    if (this.#disposed) throw new Error("Cannot run forward mode on a disposed tape");
+    const tangents = new Map<Tensor, Data>();
+    for (const [i, { input, tangent }] of seeds.entries()) {
+      this.#checkSeed(input, tangent, `Tangent seed ${i}`, `Tangent ${i}`);
+      tangents.set(input, tangent);
+    }
+    for (const node of this.#nodes) {
+      const txs = node.inputs.map((x) => (x === undefined ? null : tangents.get(x) ?? null));
+      if (txs.every((t) => t === null)) continue;
+      if (node.jvp === undefined) {
+        throw new Error(
+          `Forward mode needs a JVP rule for node "${node.name}": give it a jvp (customNode's def.jvp)`,
+        );
+      }
+      const tys = await node.jvp(txs);
+      node.outputs.forEach((y, i) => {
+        const t = tys[i];
+        if (t === null || t === undefined) return;
+        if (t.length !== y.size) {
+          throw new RangeError(
+            `JVP of node "${node.name}" returned a tangent of ${t.length} elements for output ${i} of ${y.size}`,
+          );
+        }
+        tangents.set(y, t);
+      });
+    }
+    return tangents;
+  }
+
   /** Releases what the recorded nodes hold (GPU buffers of custom nodes) and forgets them. */
   dispose(): void {
     for (const node of this.#nodes) node.dispose?.();
     this.#nodes.length = 0;
     this.#disposed = true;
+  }
+
+  /** Checks that `t` is on this tape and `data` (named `dataName`) fits it as a seed. */
+  #checkSeed(t: Tensor, data: Data, tensorName: string, dataName: string): void {
+    if (!(t instanceof Tensor) || t.tape !== this) {
+      throw new TypeError(
+        `${tensorName} must be a tensor recorded on this tape: got one that is not`,
+      );
+    }
+    this.#checkDtype(data, dataName);
+    if (data.length !== t.size) {
+      throw new RangeError(`${dataName} must have ${t.size} elements: got ${data.length}`);
+    }
   }
 
   #checkDtype(data: Data, name: string): void {
