@@ -1,125 +1,189 @@
 /**
- * The main job, `deno task prove`: the per-group gradient proof of the KDA layer at the trainer
- * shape. Prints one row per parameter group, the reference comparison, the falsification, the
- * rerun and the seam's counters; exits 0 only when every check holds.
- *
- * Flags: `--arm ops|cpu|gpu` (default: gpu when a WebGPU adapter exists, else cpu), `--conv`
- * (the 14-group layer with the short convolution).
+ * The main job, `deno task prove`: the per-group gradient proof of the KDA layer (docs/kda.md 4).
+ * Run it with `--help` for every flag, the exit codes and the tolerances.
  *
  * @example Usage
  * ```sh
- * deno task prove --conv
+ * deno task prove --conv --repeat 5 --json proof.json
  * ```
  *
  * @module
  */
 
 import { parseArgs } from "node:util";
-import type { Arm } from "../kda/_types.ts";
+import type { Arm, Float } from "../kda/_types.ts";
+import type { KdaConfig } from "../kda/config.ts";
 import { gpuStatus } from "../kda/gpu.ts";
-import { formatAgreement } from "./compare.ts";
-import { type ProofReport, runProof } from "./prove.ts";
+import { type ProofOptions, provenRun, runProof } from "./prove.ts";
+import { failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
+import { MUTANTS } from "./mutants.ts";
 
-const e = (x: number, digits = 2) => Number.isNaN(x) ? "NaN" : x.toExponential(digits);
-const pad = (s: string, n: number) => s.padEnd(n);
+const HELP = `deno task prove [flags]: the per-group gradient proof of the KDA layer
 
-function printReport(report: ProofReport, log: (line: string) => void): void {
-  log(
-    `gradient proof: arm ${report.arm} (${report.dtype}), central differences on the ${report.fdArm} arm in f64, ` +
-      `reference arm ${report.referenceArm} (f64); L = ${e(report.loss, 6)}, Σ|y·r| = ${
-        e(report.lossScale)
-      }`,
-  );
-  const { missing, extra } = report.groups;
-  log(
-    missing.length || extra.length
-      ? `GROUPS WRONG: missing [${missing.join(", ")}], extra [${extra.join(", ")}]`
-      : `groups: all ${report.rows.length} expected groups present, none extra`,
-  );
-  log("");
-  log(
-    `${pad("group", 22)}${pad("shape", 12)}${pad("nonzero", 8)}${pad("finite", 7)}${
-      pad("max|grad|", 11)
-    }${pad("step h", 10)}${pad("rel @ probes (argmax, spread, spread)", 40)}status`,
-  );
-  for (const row of report.rows) {
-    const probes = row.probes.map((p) =>
-      p.resolved
-        ? `${e(p.rel)}@${p.index}`
-        : `UNRESOLVED@${p.index}(|g| ${e(Math.abs(p.grad))} < floor ${e(p.floor[0])})`
-    ).join(" ");
-    const status = !row.nonZero
-      ? "FAIL (zero gradient)"
-      : !row.finite
-      ? "FAIL (non-finite)"
-      : !row.resolved
-      ? "UNRESOLVED"
-      : row.ok
-      ? "RESOLVED ok"
-      : "RESOLVED FAIL";
-    log(
-      `${pad(row.name, 22)}${pad(`[${row.shape.join(",")}]`, 12)}${
-        pad(row.nonZero ? "yes" : "NO", 8)
-      }${pad(row.finite ? "yes" : "NO", 7)}${pad(e(row.gradMax), 11)}${pad(e(row.step, 1), 10)}${
-        pad(probes, 40)
-      }${status}`,
-    );
+Flags:
+  --arm ops|cpu|gpu   the arm to prove (default: KDA_REQUIRE_ARM, else gpu when a WebGPU adapter
+                      exists, else cpu)
+  --conv              the 14-group layer with the short convolution
+  --shape B,T         the input's batch and length (default 2,256: the trainer shape); above
+                      2048 tokens central differences are sampled (one coordinate a group) and
+                      the exact directional checks carry the proof
+  --config FILE       a JSON object of KdaConfig fields to override
+  --repeat N          N reruns in this process plus one in a second process, compared bit for bit
+  --mutants           also plant each of the 9 defects and check that the proof catches each one
+                      with its expected diagnosis (prints the kill table)
+  --json FILE         write every figure (steps, floors, probes, directional and op checks,
+                      counters, timings, adapter) to FILE
+  --format text|markdown   how the tables print (default text)
+  --help              this text
+
+Exit codes: 0 the proof holds (and every mutant is killed); 1 a check failed or a mutant
+survived; 2 a usage or environment error (a bad flag, a required arm that cannot run).
+
+Tolerances: central differences 1e-6 (f64), 5e-2 in f32 (a derivative just above its floor
+carries up to 1/32 rounding by construction); floor 32·eps·|L|/h, step h* = (3·eps·|L|/|g|max)^(1/3)
+clamped to 0.1 of the group's RMS; reference agreement 1e-10 (f64 arms) or 1e-4 (f32 gpu arm);
+forward 1e-12 or 1e-5; directional check 1e-10 or 1e-4 of Σ|∇L⊙u|; the op alone: outputs 1e-12
+or 2e-6, gradients 1e-10 or 2e-5, ⟨Ju,v⟩ vs ⟨u,Jᵀv⟩ 1e-12 or 2e-5.`;
+
+class UsageError extends Error {}
+
+function parseShape(text: string | undefined): [number, number] | undefined {
+  if (text === undefined) return undefined;
+  const parts = text.split(",").map(Number);
+  if (parts.length !== 2 || !parts.every((n) => Number.isInteger(n) && n > 0)) {
+    throw new UsageError(`--shape must be two positive integers B,T: got ${text}`);
   }
-  log("");
-  log(
-    `forward agreement ${report.arm} vs ${report.referenceArm}: |ΔL|/Σ|y·r| = ${
-      e(report.forward.rel)
-    } ` +
-      `(tol ${e(report.forward.tol, 0)}) ${report.forward.ok ? "ok" : "FAIL"}`,
-  );
-  log(
-    `gradient agreement ${report.arm} vs ${report.referenceArm} (max|a−b|/max|b|, tol ${
-      e(report.gradTol, 0)
-    }):`,
-  );
-  for (const row of report.reference) {
-    log(
-      `  ${pad(row.name, 22)}${pad(formatAgreement(row.agreement), 44)}${row.ok ? "ok" : "FAIL"}`,
-    );
+  return [parts[0], parts[1]];
+}
+
+async function readConfig(path: string | undefined, conv: boolean): Promise<Partial<KdaConfig>> {
+  let config: Partial<KdaConfig> = {};
+  if (path !== undefined) {
+    try {
+      config = JSON.parse(await Deno.readTextFile(path));
+    } catch (error) {
+      throw new UsageError(
+        `--config ${path} could not be read as JSON: ${(error as Error).message}`,
+      );
+    }
+    if (typeof config !== "object" || config === null || Array.isArray(config)) {
+      throw new UsageError(`--config must hold a JSON object: got ${JSON.stringify(config)}`);
+    }
   }
-  const f = report.falsification;
-  log(
-    `falsification (KDA outputs detached on ${f.note}): red ${f.red.length} groups [${
-      f.red.join(", ")
-    }], ` +
-      `expected ${f.expectedRed.length} -> ${
-        f.ok ? "ok: the check goes red" : "FAIL: the check did not go red as it must"
-      }`,
-  );
-  log(
-    `rerun: ${
-      report.reproducible.ok
-        ? "bit-identical output and gradients"
-        : `BITS DIFFER in ${report.reproducible.mismatched.join(", ")}`
-    }`,
-  );
-  const s = report.seam;
-  log(
-    `seam: arm=${report.arm} asked=${s.asked} fusedFwd=${s.fusedFwd} fusedBwd=${s.fusedBwd} declined=${s.declined} ` +
-      `opsPath=${s.opsPath} customNodeBwd=${s.customNodeBwd}`,
-  );
-  for (const d of report.declines) log(`  decline: ${d}`);
-  log(report.ok ? "PROOF HOLDS" : "PROOF FAILED");
+  return conv ? { ...config, shortConv: true } : config;
+}
+
+function requiredArm(): Arm | undefined {
+  if (
+    Deno.permissions.querySync({ name: "env", variable: "KDA_REQUIRE_ARM" }).state !== "granted"
+  ) {
+    return undefined;
+  }
+  const value = Deno.env.get("KDA_REQUIRE_ARM");
+  if (value === undefined || value === "") return undefined;
+  if (value !== "ops" && value !== "cpu" && value !== "gpu") {
+    throw new UsageError(`KDA_REQUIRE_ARM must be ops, cpu or gpu: got ${value}`);
+  }
+  return value;
+}
+
+function encode(run: Map<string, Float>): string {
+  const out: Record<string, { dtype: string; bytes: string }> = {};
+  for (const [name, a] of run) {
+    const bytes = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+    let text = "";
+    for (let i = 0; i < bytes.length; i += 8192) {
+      text += String.fromCharCode(...bytes.subarray(i, i + 8192));
+    }
+    out[name] = { dtype: a instanceof Float64Array ? "f64" : "f32", bytes: btoa(text) };
+  }
+  return JSON.stringify(out);
+}
+
+function decode(json: string): Map<string, Float> {
+  const parsed = JSON.parse(json) as Record<string, { dtype: string; bytes: string }>;
+  const out = new Map<string, Float>();
+  for (const [name, { dtype, bytes }] of Object.entries(parsed)) {
+    const raw = Uint8Array.from(atob(bytes), (c) => c.charCodeAt(0));
+    out.set(name, dtype === "f64" ? new Float64Array(raw.buffer) : new Float32Array(raw.buffer));
+  }
+  return out;
+}
+
+async function otherProcess(args: string[]): Promise<Map<string, Float>> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-env",
+      "--allow-read",
+      new URL(import.meta.url).pathname,
+      "--child",
+      ...args,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (out.code !== 0) {
+    throw new Error(`the second process failed: ${new TextDecoder().decode(out.stderr).trim()}`);
+  }
+  return decode(new TextDecoder().decode(out.stdout));
 }
 
 async function main(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: { arm: { type: "string" }, conv: { type: "boolean", default: false } },
-    strict: true,
-  });
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args,
+      options: {
+        arm: { type: "string" },
+        conv: { type: "boolean", default: false },
+        shape: { type: "string" },
+        config: { type: "string" },
+        repeat: { type: "string" },
+        mutants: { type: "boolean", default: false },
+        json: { type: "string" },
+        format: { type: "string", default: "text" },
+        help: { type: "boolean", default: false },
+        child: { type: "boolean", default: false },
+      },
+      strict: true,
+    }));
+  } catch (error) {
+    throw new UsageError(`${(error as Error).message} (see --help)`);
+  }
+  if (values.help) {
+    console.log(HELP);
+    return 0;
+  }
+  if (values.format !== "text" && values.format !== "markdown") {
+    throw new UsageError(`--format must be text or markdown: got ${values.format}`);
+  }
+  const format = values.format;
+  const repeat = values.repeat === undefined ? undefined : Number(values.repeat);
+  if (repeat !== undefined && !(Number.isInteger(repeat) && repeat >= 1)) {
+    throw new UsageError(`--repeat must be a positive integer: got ${values.repeat}`);
+  }
+  if (values.arm !== undefined && !["ops", "cpu", "gpu"].includes(values.arm)) {
+    throw new UsageError(`--arm must be ops, cpu or gpu: got ${values.arm}`);
+  }
+  const required = requiredArm();
+  if (required !== undefined && values.arm !== undefined && values.arm !== required) {
+    throw new UsageError(`--arm ${values.arm} conflicts with KDA_REQUIRE_ARM=${required}`);
+  }
+  const dims = parseShape(values.shape);
+  const config = await readConfig(values.config, values.conv);
   const status = await gpuStatus();
-  let arm: Arm;
-  if (values.arm === undefined) arm = status.available ? "gpu" : "cpu";
-  else if (values.arm === "ops" || values.arm === "cpu" || values.arm === "gpu") arm = values.arm;
-  else {
-    console.error(`--arm must be ops, cpu or gpu: got ${values.arm}`);
-    return 2;
+  const arm = (values.arm as Arm | undefined) ?? required ?? (status.available ? "gpu" : "cpu");
+  const childArgs = [
+    "--arm",
+    arm,
+    ...(values.conv ? ["--conv"] : []),
+    ...(values.shape ? ["--shape", values.shape] : []),
+    ...(values.config ? ["--config", values.config] : []),
+  ];
+  if (values.child) {
+    console.log(encode(await provenRun({ arm, config, dims })));
+    return 0;
   }
   console.log(
     status.available
@@ -127,14 +191,71 @@ async function main(args: string[]): Promise<number> {
       : `WebGPU adapter: none (${status.reason})`,
   );
   const started = performance.now();
-  const report = await runProof({
+  const tokens = (dims?.[0] ?? 2) * (dims?.[1] ?? 256);
+  const groups = config.shortConv ? 14 : 11;
+  const totalSteps = 6 + 3 * groups + (repeat ?? 1);
+  let done = 0;
+  const progress = (m: string) => {
+    const elapsed = (performance.now() - started) / 1000;
+    const eta = done > 0
+      ? ` ETA ${(elapsed / done * Math.max(0, totalSteps - done)).toFixed(0)} s`
+      : "";
+    done++;
+    console.error(`prove: [${elapsed.toFixed(1)} s${eta}] ${m}`);
+  };
+  const base: ProofOptions = {
     arm,
-    config: { shortConv: values.conv },
-    progress: (m) => console.error(`[${((performance.now() - started) / 1000).toFixed(1)} s] ${m}`),
-  });
-  printReport(report, console.log);
-  console.error(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-  return report.ok ? 0 : 1;
+    config,
+    dims,
+    progress,
+    repeat,
+    fdProbes: tokens > 2048 ? 1 : 3,
+    ...(repeat !== undefined ? { otherProcess: () => otherProcess(childArgs) } : {}),
+  };
+  const report = await runProof(base);
+  printReport(report, format, console.log);
+  let ok = report.ok;
+  const kills: KillRow[] = [];
+  if (values.mutants) {
+    console.log("");
+    console.log(
+      "mutants (central differences and the directional check skipped: they read the unmutated f64 arms):",
+    );
+    for (const mutant of MUTANTS) {
+      progress(`mutant ${mutant.name}`);
+      const r = await runProof({
+        arm,
+        config,
+        dims,
+        repeat: 1,
+        checks: { fd: false, fd32: false, directional: false },
+        defect: mutant.make(),
+      });
+      const diagnosis = r.diagnosis ?? "(none: the proof held)";
+      kills.push({
+        mutant: mutant.name,
+        description: mutant.description,
+        caught: !r.ok,
+        by: r.ok ? "-" : failedChecks(r),
+        diagnosis,
+        expected: !r.ok && mutant.expected.test(diagnosis),
+      });
+    }
+    printKillTable(kills, format, console.log);
+    const killed = kills.filter((k) => k.caught && k.expected).length;
+    console.log(`mutants: ${killed} of ${kills.length} killed with their expected diagnosis`);
+    ok &&= killed === kills.length;
+  }
+  if (values.json !== undefined) {
+    const adapter = status.available ? status.info : { unavailable: status.reason };
+    await Deno.writeTextFile(
+      values.json,
+      JSON.stringify({ ok, adapter, report, mutants: kills }, null, 2),
+    );
+    console.error(`prove: wrote ${values.json}`);
+  }
+  console.error(`prove: done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+  return ok ? 0 : 1;
 }
 
 if (import.meta.main) {

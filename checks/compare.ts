@@ -127,15 +127,18 @@ export interface CoordinateProbe {
  * Probes one coordinate by central differences at `h` and `h/10`, judging only steps whose floor
  * the derivative clears. `rel(h) = |fd(h) − g| / |g|`.
  *
- * @param lossAt Evaluates the loss with the coordinate moved by `delta` (and restores it).
+ * @param lossAt Evaluates the loss with the coordinate moved by `delta` (and restores it). In a
+ *   precision that cannot take the step exactly it returns `{ loss, step }` with the displacement
+ *   the coordinate really took, and the difference divides by that.
  * @param grad The gradient under test at the coordinate.
+ * @param index The coordinate's flat index (recorded in the probe).
  * @param h The step.
  * @param eps Machine epsilon of the loss.
  * @param lossScale The loss's magnitude.
  * @returns The probe.
  */
 export async function probeCoordinate(
-  lossAt: (delta: number) => Promise<number>,
+  lossAt: (delta: number) => Promise<number | { loss: number; step: number }>,
   grad: number,
   index: number,
   h: number,
@@ -148,7 +151,9 @@ export async function probeCoordinate(
   for (const [i, step] of [h, h / 10].entries()) {
     const plus = await lossAt(step);
     const minus = await lossAt(-step);
-    fd[i] = (plus - minus) / (2 * step);
+    const [lp, sp] = typeof plus === "number" ? [plus, step] : [plus.loss, plus.step];
+    const [lm, sm] = typeof minus === "number" ? [minus, -step] : [minus.loss, minus.step];
+    fd[i] = (lp - lm) / (sp - sm);
     floor[i] = resolvableFloor(eps, lossScale, step);
     if (Math.abs(grad) >= floor[i]) {
       resolved = true;

@@ -1,25 +1,29 @@
-// The per-group gradient proof: central differences of the exact f64 layer, a comparison with an
-// independent reference on the same bytes, a falsification that must go red, and a bit-identical
-// rerun. `runProof` returns everything it measured; cli.ts prints it and sets the exit status.
+// The per-group gradient proof of the KDA layer (docs/kda.md 4): central differences of the exact
+// f64 layer (and of the arm's own f32 forward), an exact directional check by forward mode, a
+// comparison with an independent reference on the same bytes, the op alone with its state
+// gradients, a falsification that must go red, bit-identical reruns, and the seam's counters.
+// `runProof` returns everything it measured; report.ts prints it; cli.ts is the main job.
 
 import { KdaModule, type KdaModuleProofOptions, PARAMETER_TABLE } from "../kda/module.ts";
-import type { Arm } from "../kda/_types.ts";
+import type { Arm, Float } from "../kda/_types.ts";
 import type { KdaConfig } from "../kda/config.ts";
 import { mulberry32, normal, subSeed } from "../kda/_random.ts";
-import type { SeamCounts } from "../seam/seam.ts";
+import { SEAM_HOOKS, type SeamCounts, type SeamHooks } from "../seam/seam.ts";
 import { resetSeamCounts, seamCounts, seamDecisions } from "../kda/op.ts";
+import { type Agreement, agreement, sameBits } from "./compare.ts";
 import {
-  type Agreement,
-  agreement,
-  type CoordinateProbe,
-  derivedStep,
-  epsilonOf,
-  probeCoordinate,
-  probeIndices,
-  sameBits,
-} from "./compare.ts";
+  direction,
+  type DirectionalRow,
+  directionalRow,
+  FD32_TOL,
+  FD_TOL,
+  type FdRow,
+  fdRow,
+} from "./gradients.ts";
+import { checkOp, type OpCheck } from "./op_check.ts";
+import { diagnose } from "./diagnose.ts";
 
-/** The groups the layer must have, spelled out here rather than read from the layer. */
+/** The groups the layer must have, spelled out from docs/kda.md 2.4 rather than read from it. */
 export const EXPECTED_GROUPS: readonly string[] = [
   "q_proj.weight",
   "k_proj.weight",
@@ -38,9 +42,17 @@ export const EXPECTED_GROUPS: readonly string[] = [
 export const CONV_GROUPS: readonly string[] = ["q_conv_w", "k_conv_w", "v_conv_w"];
 
 /** Groups after the KDA op: the falsification must leave these green. */
-const DOWNSTREAM_GROUPS: readonly string[] = PARAMETER_TABLE.filter((p) => p.afterOp).map((p) =>
-  p.name
-);
+export const DOWNSTREAM_GROUPS: readonly string[] = PARAMETER_TABLE.filter((p) => p.afterOp).map((
+  p,
+) => p.name);
+
+/** A planted defect: seam hooks, or the op's outputs detached, in the arm under test's runs. */
+export interface PlantedDefect {
+  /** Seam hooks for the runs of the arm under test. */
+  hooks?: SeamHooks;
+  /** Detach the op's outputs in those runs. */
+  detach?: boolean;
+}
 
 /** What `runProof` is told. */
 export interface ProofOptions {
@@ -52,27 +64,33 @@ export interface ProofOptions {
   dims?: [number, number];
   /** Progress messages (stderr in the CLI). */
   progress?: (message: string) => void;
+  /** How many reruns in this process must give the same bits (default 1). */
+  repeat?: number;
+  /** The output and gradients of the same proof run in another process, to compare bit for bit. */
+  otherProcess?: () => Promise<Map<string, Float>>;
+  /** Which checks run (all by default); the mutants skip the costly ones they do not need. */
+  checks?: { fd?: boolean; fd32?: boolean; directional?: boolean };
+  /** Coordinates probed per group by central differences (default 3). */
+  fdProbes?: number;
+  /** A planted defect (the mutants of `--mutants`). */
+  defect?: PlantedDefect;
 }
 
-/** One parameter group's central-difference row. */
+/** One parameter group's row. */
 export interface GroupRow {
   name: string;
   shape: readonly number[];
-  nonZero: boolean;
-  finite: boolean;
+  /** `max|grad|` of the arm under test (0: the group got no gradient). */
   gradMax: number;
-  step: number;
-  probes: CoordinateProbe[];
-  /** The worst probe's `min(rel(h), rel(h/10))`. */
-  rel: number;
-  resolved: boolean;
-  ok: boolean;
-}
-
-/** One group's agreement between the arm under test and the reference arm. */
-export interface ReferenceRow {
-  name: string;
-  agreement: Agreement;
+  /** Central differences of the exact f64 layer on the fd arm. */
+  fd: FdRow | null;
+  /** Central differences of the arm's own forward in its precision (f32 arms only). */
+  fd32: FdRow | null;
+  /** ⟨∇L, u⟩ of the arm under test against J·u by forward mode on the f64 ops arm. */
+  directional: DirectionalRow | null;
+  /** Agreement with the reference arm on the same bytes. */
+  reference: Agreement;
+  referenceOk: boolean;
   ok: boolean;
 }
 
@@ -80,24 +98,35 @@ export interface ReferenceRow {
 export interface ProofReport {
   arm: Arm;
   referenceArm: Arm;
+  fdArm: Arm;
   dtype: "f64" | "f32";
+  config: Readonly<KdaConfig>;
+  dims: [number, number];
   groups: { missing: string[]; extra: string[] };
   loss: number;
   lossScale: number;
-  fdArm: Arm;
   rows: GroupRow[];
   forward: { rel: number; tol: number; ok: boolean };
   gradTol: number;
-  reference: ReferenceRow[];
+  directionalTol: number;
+  op: OpCheck;
   falsification: { red: string[]; expectedRed: string[]; ok: boolean; note: string };
-  reproducible: { ok: boolean; mismatched: string[] };
+  reproducible: {
+    ok: boolean;
+    runs: number;
+    mismatched: { name: string; maxDiff: number }[];
+    otherProcess: "identical" | "differs" | "not run";
+  };
   seam: SeamCounts;
+  seamExpected: string;
+  seamOk: boolean;
   declines: string[];
+  timings: Record<string, number>;
+  diagnosis: string | null;
   ok: boolean;
 }
 
-/** Tolerances: f64 arms must agree with the reference to rounding; the f32 GPU arm to f32 accuracy. */
-const FD_TOL = 1e-6;
+/** Tolerances: f64 arms agree with the reference to rounding; the f32 gpu arm to f32 accuracy. */
 const F64_GRAD_TOL = 1e-10;
 const F64_FORWARD_TOL = 1e-12;
 const F32_GRAD_TOL = 1e-4;
@@ -118,14 +147,43 @@ function lossOf(y: ArrayLike<number>, r: ArrayLike<number>): { loss: number; sca
   return { loss, scale };
 }
 
+function maxDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+  return m;
+}
+
+/** The seam counters one vjp of the layer must leave, per arm, with the rule in words. */
+function expectedSeam(arm: Arm, c: SeamCounts): { ok: boolean; rule: string } {
+  if (arm === "ops") {
+    const ok = c.asked === 1 && c.opsPath === 1 && c.fusedFwd === 0 && c.customNodeBwd === 0 &&
+      c.declined === 0;
+    return { ok, rule: "asked 1, opsPath 1, fusedFwd 0, customNodeBwd 0, declined 0" };
+  }
+  const ok = c.asked === 1 && c.fusedFwd === 1 && c.customNodeBwd === 1 && c.fusedBwd === 1 &&
+    c.opsPath === 0 && c.declined === 0;
+  return { ok, rule: "asked 1, fusedFwd 1, customNodeBwd 1, fusedBwd 1, opsPath 0, declined 0" };
+}
+
 /**
  * Runs the gradient proof for one arm.
  *
- * @param options The arm, the config and the input dims.
+ * @param options The arm, the config, the input dims, what to run, and any planted defect.
  * @returns The report; `ok` is true only when every check holds.
  */
 export async function runProof(options: ProofOptions): Promise<ProofReport> {
   const progress = options.progress ?? (() => {});
+  const timings: Record<string, number> = {};
+  const timed = async <T>(name: string, f: () => Promise<T>): Promise<T> => {
+    progress(name);
+    const t0 = performance.now();
+    try {
+      return await f();
+    } finally {
+      timings[name] = performance.now() - t0;
+    }
+  };
+  const checks = { fd: true, fd32: true, directional: true, ...options.checks };
   const arm = options.arm;
   const [B, T] = options.dims ?? [2, 256];
   const dtype = arm === "gpu" ? "f32" : "f64";
@@ -134,14 +192,11 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
   const tested = new KdaModule(options.config ?? {}, { dtype });
   const exact = new KdaModule(options.config ?? {}, { dtype: "f64" });
   for (const [name, p] of tested.parameters()) exact.parameters().get(name)!.data.set(p.data);
-  const { dModel: D, seed, shortConv } = exact.config;
-  const xTested = dtype === "f32"
-    ? Float32Array.from(draw(seed, "prove.x", B * T * D))
-    : draw(seed, "prove.x", B * T * D);
+  const { dModel: D, seed, shortConv, chunkSize, keyDim, valueDim } = exact.config;
+  const round = (a: Float64Array): Float => dtype === "f32" ? Float32Array.from(a) : a;
+  const xTested = round(draw(seed, "prove.x", B * T * D));
   const x = Float64Array.from(xTested);
-  const rTested = dtype === "f32"
-    ? Float32Array.from(draw(seed, "prove.r", B * T * D))
-    : draw(seed, "prove.r", B * T * D);
+  const rTested = round(draw(seed, "prove.r", B * T * D));
   const r = Float64Array.from(rTested);
 
   const expected = [...EXPECTED_GROUPS, ...(shortConv ? CONV_GROUPS : [])];
@@ -150,97 +205,130 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
     missing: expected.filter((n) => !names.includes(n)),
     extra: names.filter((n) => !expected.includes(n)),
   };
-
   const referenceArm: Arm = arm === "ops" ? "cpu" : "ops";
   const fdArm: Arm = arm === "gpu" ? "cpu" : arm;
-  const run = (
-    m: KdaModule,
-    input: Float64Array | Float32Array,
-    cot: Float64Array | Float32Array,
-    o: KdaModuleProofOptions,
-  ) => m.vjp(input, [B, T], cot, o);
+  const defect = options.defect ?? {};
+  const testedOptions: KdaModuleProofOptions = {
+    arm,
+    strict: true,
+    quiet: true,
+    ...(defect.detach ? { detachKdaOutputs: true } : {}),
+    ...(defect.hooks ? { [SEAM_HOOKS]: defect.hooks } : {}),
+  };
+  const runTested = () => tested.vjp(xTested, [B, T], rTested, testedOptions);
 
   resetSeamCounts();
-  progress(`backward on the ${arm} arm (${dtype})`);
-  const first = await run(tested, xTested, rTested, { arm, strict: true });
+  const first = await timed(`backward on the ${arm} arm (${dtype})`, runTested);
   const seam = seamCounts();
+  const seamRule = expectedSeam(arm, seam);
   const declines = seamDecisions().map((d) => `${d.wanted} -> ${d.ran}: ${d.reason}`);
 
-  progress(`reference backward on the ${referenceArm} arm (f64)`);
-  const ref = await run(exact, x, r, { arm: referenceArm, strict: true });
+  const ref = await timed(
+    `reference backward on the ${referenceArm} arm (f64)`,
+    () => exact.vjp(x, [B, T], r, { arm: referenceArm, strict: true }),
+  );
   const lossTested = lossOf(first.y, r), lossRef = lossOf(ref.y, r);
   const forwardRel = Math.abs(lossTested.loss - lossRef.loss) / lossRef.scale;
   const forwardTol = dtype === "f64" ? F64_FORWARD_TOL : F32_FORWARD_TOL;
   const gradTol = dtype === "f64" ? F64_GRAD_TOL : F32_GRAD_TOL;
-  const reference: ReferenceRow[] = names.map((name) => {
-    const a = agreement(first.grads.get(name)!, ref.grads.get(name)!);
-    return { name, agreement: a, ok: a.rel <= gradTol };
-  });
-
-  // Central differences of the exact f64 layer on the arm being proven (for the f32 GPU arm, on
-  // the f64 chunked arm whose gradients the reference comparison above ties the GPU to).
-  const fdGrads = arm === "gpu"
-    ? (await run(exact, x, r, { arm: fdArm, strict: true })).grads
-    : first.grads;
-  const eps = epsilonOf("f64");
   const lossScale = lossRef.scale;
+
+  // Central differences of the exact f64 layer on the fd arm (for the f32 gpu arm, the f64
+  // chunked arm, which the reference comparison ties the gpu arm to).
+  const fdGrads = arm === "gpu"
+    ? (await exact.vjp(x, [B, T], r, { arm: fdArm, strict: true })).grads
+    : first.grads;
   const rows: GroupRow[] = [];
-  for (const [name, param] of exact.parameters()) {
-    const grad = fdGrads.get(name)!;
-    let gradMax = 0, finite = true, sumSq = 0;
-    for (const gv of grad) {
-      if (!Number.isFinite(gv)) finite = false;
-      gradMax = Math.max(gradMax, Math.abs(gv));
+  for (const [gi, [name, param]] of [...exact.parameters()].entries()) {
+    const reference = agreement(first.grads.get(name)!, ref.grads.get(name)!);
+    const referenceOk = reference.rel <= gradTol;
+    const fd = checks.fd
+      ? await timed(
+        `central differences (f64): ${name}`,
+        () =>
+          fdRow(name, param.data, fdGrads.get(name)!, async (index, delta) => {
+            const original = param.data[index];
+            param.data[index] = original + delta;
+            try {
+              return lossOf(await exact.forward(x, [B, T], { arm: fdArm, strict: true }), r).loss;
+            } finally {
+              param.data[index] = original;
+            }
+          }, { dtype: "f64", lossScale, tol: FD_TOL, probes: options.fdProbes }),
+      )
+      : null;
+    const own = tested.parameters().get(name)!;
+    const fd32 = checks.fd32 && dtype === "f32"
+      ? await timed(
+        `central differences (${dtype}, ${arm} arm): ${name}`,
+        () =>
+          fdRow(name, own.data, first.grads.get(name)!, async (index, delta) => {
+            const original = own.data[index];
+            own.data[index] = original + delta;
+            const step = own.data[index] - original; // the step f32 could actually take
+            try {
+              return {
+                loss: lossOf(await tested.forward(xTested, [B, T], testedOptions), r).loss,
+                step,
+              };
+            } finally {
+              own.data[index] = original;
+            }
+          }, { dtype, lossScale, tol: FD32_TOL, probes: options.fdProbes }),
+      )
+      : null;
+    let directional: DirectionalRow | null = null;
+    if (checks.directional) {
+      const u = direction(param.size, subSeed(seed, `prove.u.${gi}`));
+      const { dy } = await timed(
+        `directional (forward mode, f64 ops): ${name}`,
+        () => exact.jvp(x, [B, T], new Map([[name, u]])),
+      );
+      let jv = 0;
+      for (let i = 0; i < dy.length; i++) jv += dy[i] * r[i];
+      directional = directionalRow(name, jv, first.grads.get(name)!, u, gradTol);
     }
-    for (const pv of param.data) sumSq += pv * pv;
-    const rms = Math.sqrt(sumSq / param.size);
-    const nonZero = gradMax > 0;
-    const step = nonZero && finite ? derivedStep(eps, lossScale, gradMax, rms) : NaN;
-    const probes: CoordinateProbe[] = [];
-    if (nonZero && finite) {
-      progress(`central differences: ${name}`);
-      for (const index of probeIndices(grad)) {
-        const original = param.data[index];
-        const lossAt = async (delta: number) => {
-          param.data[index] = original + delta;
-          try {
-            return lossOf(await exact.forward(x, [B, T], { arm: fdArm, strict: true }), r).loss;
-          } finally {
-            param.data[index] = original;
-          }
-        };
-        probes.push(await probeCoordinate(lossAt, grad[index], index, step, eps, lossScale));
-      }
-    }
-    const resolved = probes.length > 0 && probes.every((p) => p.resolved);
-    const rel = probes.reduce((m, p) => Math.max(m, p.rel), probes.length ? 0 : NaN);
+    const fdOk = fd === null || (fd.nonZero && fd.finite &&
+      (fd.resolved ? fd.ok : directional !== null && directional.ok));
+    const fd32Ok = fd32 === null || !fd32.resolved || fd32.ok;
+    let gradMax = 0;
+    for (const v of first.grads.get(name)!) gradMax = Math.max(gradMax, Math.abs(v));
     rows.push({
       name,
       shape: param.shape,
-      nonZero,
-      finite,
       gradMax,
-      step,
-      probes,
-      rel,
-      resolved,
-      ok: nonZero && finite && resolved && rel <= FD_TOL,
+      fd,
+      fd32,
+      directional,
+      reference,
+      referenceOk,
+      ok: fdOk && fd32Ok && (directional?.ok ?? true) && referenceOk,
     });
   }
+
+  const op = await timed(`the op alone on the ${arm} arm, with h0 and dht`, () =>
+    checkOp({
+      arm,
+      dtype,
+      K: keyDim,
+      V: valueDim,
+      chunkSize,
+      forwardTol: dtype === "f64" ? F64_FORWARD_TOL : 2e-6,
+      gradTol: dtype === "f64" ? F64_GRAD_TOL : 2e-5,
+      seed,
+      hooks: defect.hooks,
+      detach: defect.detach,
+    }));
 
   // Falsification: detach the op's outputs. Every group upstream of the op must then fail its
   // reference comparison (its gradient vanishes); if the checks stayed green they could not fail.
   const falsifyArm: Arm = arm === "ops" ? "cpu" : arm;
-  progress(`falsification: ${falsifyArm} arm with the KDA outputs detached`);
-  const falsifyModule = falsifyArm === arm ? tested : exact;
-  const falsified = await run(
-    falsifyModule,
-    falsifyArm === arm ? xTested : x,
-    falsifyArm === arm ? rTested : r,
-    {
-      arm: falsifyArm,
-      strict: true,
-      detachKdaOutputs: true,
+  const falsifyOnTested = falsifyArm === arm;
+  const falsified = await timed(
+    `falsification: ${falsifyArm} arm with the KDA outputs detached`,
+    () => {
+      const o: KdaModuleProofOptions = { arm: falsifyArm, strict: true, detachKdaOutputs: true };
+      return falsifyOnTested ? tested.vjp(xTested, [B, T], rTested, o) : exact.vjp(x, [B, T], r, o);
     },
   );
   const red = names.filter((name) => {
@@ -252,38 +340,93 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
     red,
     expectedRed,
     ok: red.length === expectedRed.length && expectedRed.every((n) => red.includes(n)),
-    note: falsifyArm === arm
+    note: falsifyOnTested
       ? "the arm under test"
       : `the ${falsifyArm} arm (the ops arm has no custom node to detach)`,
   };
 
-  progress(`rerun on the ${arm} arm for bit-identity`);
-  const second = await run(tested, xTested, rTested, { arm, strict: true });
-  const mismatched = sameBits(first.y, second.y) ? [] : ["y"];
-  for (const name of names) {
-    if (!sameBits(first.grads.get(name)!, second.grads.get(name)!)) mismatched.push(name);
+  const repeat = Math.max(1, options.repeat ?? 1);
+  const mismatched = new Map<string, number>();
+  const compareRun = (run: { y: Float; grads: Map<string, Float> }) => {
+    const pairs: [string, Float, Float][] = [["y", first.y, run.y]];
+    for (const name of names) pairs.push([name, first.grads.get(name)!, run.grads.get(name)!]);
+    for (const [name, a, b] of pairs) {
+      if (!sameBits(a, b)) mismatched.set(name, Math.max(mismatched.get(name) ?? 0, maxDiff(a, b)));
+    }
+  };
+  for (let i = 0; i < repeat; i++) {
+    compareRun(
+      await timed(`rerun ${i + 1}/${repeat} on the ${arm} arm for bit-identity`, runTested),
+    );
   }
+  let otherProcess: "identical" | "differs" | "not run" = "not run";
+  if (options.otherProcess) {
+    const other = await timed("rerun in a second process", options.otherProcess);
+    const before = mismatched.size;
+    compareRun({ y: other.get("y")!, grads: other });
+    otherProcess = mismatched.size === before && names.every((n) => other.has(n))
+      ? "identical"
+      : "differs";
+  }
+  const reproducible = {
+    ok: mismatched.size === 0 && otherProcess !== "differs",
+    runs: repeat,
+    mismatched: [...mismatched].map(([name, d]) => ({ name, maxDiff: d })),
+    otherProcess,
+  };
 
+  const forward = { rel: forwardRel, tol: forwardTol, ok: forwardRel <= forwardTol };
   const ok = groups.missing.length === 0 && groups.extra.length === 0 &&
-    rows.every((row) => row.ok) && forwardRel <= forwardTol &&
-    reference.every((row) => row.ok) && falsification.ok && mismatched.length === 0 &&
-    seam.declined === 0;
-  return {
+    rows.every((row) => row.ok) && forward.ok && op.ok && falsification.ok &&
+    reproducible.ok && seamRule.ok;
+  const report: ProofReport = {
     arm,
     referenceArm,
+    fdArm,
     dtype,
+    config: exact.config,
+    dims: [B, T],
     groups,
     loss: lossRef.loss,
     lossScale,
-    fdArm,
     rows,
-    forward: { rel: forwardRel, tol: forwardTol, ok: forwardRel <= forwardTol },
+    forward,
     gradTol,
-    reference,
+    directionalTol: gradTol,
+    op,
     falsification,
-    reproducible: { ok: mismatched.length === 0, mismatched },
+    reproducible,
     seam,
+    seamExpected: seamRule.rule,
+    seamOk: seamRule.ok,
     declines,
+    timings,
+    diagnosis: null,
     ok,
   };
+  report.diagnosis = ok ? null : diagnose(report);
+  return report;
+}
+
+/**
+ * The y and gradients of the arm under test at a proof's setting, for a rerun in another process.
+ *
+ * @param options The arm, config and dims of the proof.
+ * @returns `y` and every group's gradient, keyed by name (`y` for the output).
+ */
+export async function provenRun(
+  options: Pick<ProofOptions, "arm" | "config" | "dims">,
+): Promise<Map<string, Float>> {
+  const [B, T] = options.dims ?? [2, 256];
+  const dtype = options.arm === "gpu" ? "f32" : "f64";
+  const tested = new KdaModule(options.config ?? {}, { dtype });
+  const { dModel: D, seed } = tested.config;
+  const round = (a: Float64Array): Float => dtype === "f32" ? Float32Array.from(a) : a;
+  const x = round(draw(seed, "prove.x", B * T * D)), r = round(draw(seed, "prove.r", B * T * D));
+  const { y, grads } = await tested.vjp(x, [B, T], r, {
+    arm: options.arm,
+    strict: true,
+    quiet: true,
+  });
+  return new Map([["y", y], ...grads]);
 }

@@ -6,6 +6,7 @@ import {
   alloc,
   causalConv,
   exp,
+  jvp,
   l2norm,
   linear,
   mul,
@@ -264,16 +265,15 @@ export class KdaModule {
     return o;
   }
 
+  /** The forward of docs/kda.md 2.4 with the given parameter tensors (constants or on a tape). */
   async #run(
     x: Float64Array | Float32Array,
     [B, T]: [number, number],
-    tape: Tape | undefined,
+    params: Map<string, Tensor>,
     options: KdaModuleProofOptions,
-  ): Promise<{ y: Tensor; params: Map<string, Tensor> }> {
+  ): Promise<Tensor> {
     const { dModel: D, heads: H, keyDim: K, valueDim: V, shortConv, minDecay, chunkSize } =
       this.config;
-    const params = new Map<string, Tensor>();
-    for (const [name, p] of this.#params) params.set(name, tape ? tape.variable(p) : p);
     const w = (name: string) => params.get(name)!;
     const rows = new Tensor(x, [B * T, D]);
 
@@ -323,8 +323,7 @@ export class KdaModule {
     const normed = reshape(rmsnorm(reshape(o, [B * T * H, V]), { eps: 1e-5 }), [B * T, H, V]);
     const gate = reshape(sigmoid(linear(rows, w("o_gate.weight"))), [B * T, H, V]);
     const gated = mul(mul(normed, w("o_norm_w")), gate);
-    const y = reshape(linear(reshape(gated, [B * T, H * V]), w("o_proj.weight")), [B, T, D]);
-    return { y, params };
+    return reshape(linear(reshape(gated, [B * T, H * V]), w("o_proj.weight")), [B, T, D]);
   }
 
   /**
@@ -342,7 +341,7 @@ export class KdaModule {
   ): Promise<F> {
     const [B, T] = this.#checkInput(x, dims);
     const checked = this.#checkOptions(options);
-    return (await this.#run(x, [B, T], undefined, checked)).y.data as F;
+    return (await this.#run(x, [B, T], this.#params, checked)).data as F;
   }
 
   /**
@@ -366,7 +365,9 @@ export class KdaModule {
     const checked = this.#checkOptions(options);
     const tape = new Tape(this.dtype);
     try {
-      const { y, params } = await this.#run(x, [B, T], tape, checked);
+      const params = new Map<string, Tensor>();
+      for (const [name, p] of this.#params) params.set(name, tape.variable(p));
+      const y = await this.#run(x, [B, T], params, checked);
       const byTensor = await tape.backward(y, dy);
       const grads = new Map<string, F>();
       for (const [name, p] of params) {
@@ -376,5 +377,62 @@ export class KdaModule {
     } finally {
       tape.dispose();
     }
+  }
+
+  /**
+   * Forward mode: the output and its exact directional derivative along tangents of some groups
+   * (groups left out have a zero tangent). Runs on the `ops` arm, the one built from tape ops that
+   * all have forward-mode rules, so the result has no step and no resolution floor.
+   *
+   * @param x Input [B, T, D], of the layer's dtype.
+   * @param dims `[B, T]`.
+   * @param tangents A direction per group name, each of that group's size.
+   * @returns The output `y` and its tangent `dy`, both [B, T, D].
+   *
+   * @example Usage
+   * ```ts
+   * import { KdaModule } from "@deltanet/kda";
+   * const layer = new KdaModule({ dModel: 4, heads: 1, keyDim: 2, valueDim: 2, decayRank: 1 });
+   * const x = new Float64Array(1 * 3 * 4).fill(0.1);
+   * const u = new Map([["o_norm_w", new Float64Array(2).fill(1)]]);
+   * const { dy } = await layer.jvp(x, [1, 3], u);
+   * ```
+   */
+  async jvp<F extends Float>(
+    x: F,
+    dims: [number, number],
+    tangents: Map<string, F>,
+  ): Promise<{ y: F; dy: F }> {
+    const [B, T] = this.#checkInput(x, dims);
+    if (!(tangents instanceof Map)) {
+      throw new TypeError(
+        `tangents must be a Map of group name to array: got ${typeName(tangents)}`,
+      );
+    }
+    for (const [name, u] of tangents) {
+      const p = this.#params.get(name);
+      if (p === undefined) {
+        throw new RangeError(
+          `tangents has no group ${name}: expected one of ${[...this.#params.keys()].join(", ")}`,
+        );
+      }
+      checkFloatArray(`tangents ${name}`, u, p.size, this.dtype, `[${p.shape.join(", ")}]`);
+    }
+    this.#checkOptions({});
+    const names = [...this.#params.keys()];
+    const primals = names.map((n) => this.#params.get(n)!);
+    const directions = names.map((n) =>
+      tangents.get(n) ?? alloc(this.dtype, this.#params.get(n)!.size)
+    );
+    const { outputs: [y], tangents: [dy] } = await jvp(
+      (...ps: Tensor[]) =>
+        this.#run(x, [B, T], new Map(names.map((n, i) => [n, ps[i]])), {
+          arm: "ops",
+          strict: true,
+        }),
+      primals,
+      directions,
+    );
+    return { y: y.data as F, dy: dy as F };
   }
 }

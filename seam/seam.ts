@@ -124,9 +124,9 @@ export const SEAM_HOOKS: unique symbol = Symbol("seam hooks");
 /** Planted defects a call can carry (see {@linkcode SEAM_HOOKS}). */
 export interface SeamHooks {
   /** Rewrites a fused arm's forward outputs before the caller sees them. */
-  mapOutputs?: (outputs: Data[]) => Data[];
+  mapOutputs?: (outputs: Data[], request: unknown) => Data[];
   /** Rewrites a fused arm's input cotangents before the tape accumulates them. */
-  mapGradients?: (gradients: (Data | null)[]) => (Data | null)[];
+  mapGradients?: (gradients: (Data | null)[], request: unknown) => (Data | null)[];
   /** Runs the fused forward, throws its result away, and lets the composite arm carry the call. */
   discardFused?: boolean;
   /** Runs the composite arm while the counters and the decision log report the fused arm. */
@@ -427,7 +427,7 @@ export class Seam<R> {
       this.#counts.opsPath++;
       return { outputs: composite.record(request, inputs), arm: arm.name };
     }
-    const values = hooks.mapOutputs ? hooks.mapOutputs(outputs) : outputs;
+    const values = hooks.mapOutputs ? hooks.mapOutputs(outputs, request) : outputs;
     const shapes = this.#policy.outputShapes(request);
     let tensors: Tensor[];
     try {
@@ -443,7 +443,7 @@ export class Seam<R> {
           }
           const grads = await arm.backward(saved, cotangents);
           this.#counts.fusedBwd++;
-          return hooks.mapGradients ? hooks.mapGradients(grads) : grads;
+          return hooks.mapGradients ? hooks.mapGradients(grads, request) : grads;
         },
         dispose: release,
       });
