@@ -39,8 +39,8 @@ Flags:
 Exit codes: 0 the proof holds (and every mutant is killed); 1 a check failed or a mutant
 survived; 2 a usage or environment error (a bad flag, a required arm that cannot run).
 
-Tolerances: central differences 1e-6 (f64), 5e-2 in f32 (a derivative just above its floor
-carries up to 1/32 rounding by construction); floor 32·eps·|L|/h, step h* = (3·eps·|L|/|g|max)^(1/3)
+Tolerances: central differences 1e-6 (f64), 0.5 in f32 (that column shows what f32 can resolve:
+at the f32 step truncation and rounding cost a few percent, so it catches only gross errors); floor 32·eps·|L|/h, step h* = (3·eps·|L|/|g|max)^(1/3)
 clamped to 0.1 of the group's RMS; reference agreement 1e-10 (f64 arms) or 1e-4 (f32 gpu arm);
 forward 1e-12 or 1e-5; directional check 1e-10 or 1e-4 of Σ|∇L⊙u|; the op alone: outputs 1e-12
 or 2e-6, gradients 1e-10 or 2e-5, ⟨Ju,v⟩ vs ⟨u,Jᵀv⟩ 1e-12 or 2e-5.`;

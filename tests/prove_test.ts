@@ -1,5 +1,8 @@
 import assert from "node:assert/strict";
-import { CONV_GROUPS, EXPECTED_GROUPS, runProof } from "../checks/prove.ts";
+import { CONV_GROUPS, EXPECTED_GROUPS, provenRun, runProof } from "../checks/prove.ts";
+import { MUTANTS } from "../checks/mutants.ts";
+import { proveGradients } from "../checks/mod.ts";
+import { customNode, linear, mul, sigmoid, sum, Tensor } from "../tape/mod.ts";
 import {
   agreement,
   derivedStep,
@@ -16,9 +19,14 @@ Deno.test("runProof() holds on the cpu arm: every group resolved, falsification 
   assert.deepEqual(report.groups, { missing: [], extra: [] });
   assert.equal(report.rows.length, EXPECTED_GROUPS.length);
   for (const row of report.rows) {
-    assert.ok(row.resolved, `${row.name} unresolved`);
-    if (!(row.rel <= 1e-6)) throw new Error(`${row.name}: rel ${row.rel}`);
+    assert.ok(row.fd?.resolved, `${row.name} unresolved`);
+    if (!(row.fd!.rel <= 1e-6)) throw new Error(`${row.name}: rel ${row.fd!.rel}`);
+    if (!(row.directional!.rel <= 1e-10)) {
+      throw new Error(`${row.name}: directional ${row.directional!.rel}`);
+    }
   }
+  assert.ok(report.op.ok, JSON.stringify(report.op.rows.filter((r) => !r.ok)));
+  if (!(report.op.transpose.rel <= 1e-12)) throw new Error(`transpose ${report.op.transpose.rel}`);
   assert.ok(report.falsification.ok);
   assert.equal(report.falsification.red.length, 8);
   assert.ok(report.reproducible.ok);
@@ -80,7 +88,7 @@ Deno.test("probeCoordinate() refuses to judge a derivative below the resolvable 
   assert.ok(Math.abs(wrong.rel - 0.5) < 1e-9);
 });
 
-Deno.test("derivedStep() and resolvableFloor() follow DESIGN.md 4", () => {
+Deno.test("derivedStep() and resolvableFloor() follow docs/kda.md 4", () => {
   const h = derivedStep(Number.EPSILON, 10, 2, 1);
   assert.ok(Math.abs(h - Math.cbrt(3 * Number.EPSILON * 10 / 2)) < 1e-18);
   assert.equal(derivedStep(Number.EPSILON, 1e30, 1e-30, 0.02), 0.002);
@@ -97,10 +105,142 @@ gpuTest("runProof() holds on the gpu arm against the f64 reference on the same b
   const report = await runProof({ arm: "gpu", config: small, dims: [2, 40] });
   assert.equal(report.dtype, "f32");
   assert.ok(report.forward.ok, `forward ${report.forward.rel}`);
-  for (const row of report.reference) assert.ok(row.ok, `${row.name} ${row.agreement.rel}`);
+  for (const row of report.rows) assert.ok(row.ok, `${row.name} ${JSON.stringify(row)}`);
+  assert.ok(report.op.ok, JSON.stringify(report.op.rows));
   assert.ok(report.falsification.ok);
-  assert.ok(report.reproducible.ok, report.reproducible.mismatched.join(", "));
+  assert.ok(report.reproducible.ok, JSON.stringify(report.reproducible.mismatched));
   assert.equal(report.seam.opsPath, 0);
   assert.equal(report.seam.declined, 0);
   assert.ok(report.ok);
+});
+
+Deno.test("every planted mutant makes the proof fail with its expected diagnosis (cpu arm)", async () => {
+  const caught: string[] = [];
+  for (const mutant of MUTANTS) {
+    const report = await runProof({
+      arm: "cpu",
+      config: small,
+      dims: [1, 40],
+      checks: { fd: false, fd32: false, directional: false },
+      defect: mutant.make(),
+    });
+    assert.equal(report.ok, false, `${mutant.name} survived`);
+    assert.match(report.diagnosis ?? "", mutant.expected, `${mutant.name}: ${report.diagnosis}`);
+    caught.push(mutant.name);
+  }
+  assert.equal(caught.length, 9);
+});
+
+Deno.test("the diagnosis names the first differing group of a non-deterministic backward", async () => {
+  const noisy = MUTANTS.find((m) => m.name === "noisy-backward")!;
+  const report = await runProof({
+    arm: "cpu",
+    config: small,
+    dims: [1, 20],
+    repeat: 2,
+    checks: { fd: false, fd32: false, directional: false },
+    defect: noisy.make(),
+  });
+  assert.match(report.diagnosis!, /^Non-deterministic: reruns differ, first in \S+ \(max\|Δ\| /);
+  assert.equal(report.reproducible.runs, 2);
+});
+
+Deno.test("a second process gives the same bits, and a differing one is reported", async () => {
+  const options = { arm: "cpu" as const, config: small, dims: [1, 20] as [number, number] };
+  const same = await runProof({
+    ...options,
+    checks: { fd: false, fd32: false, directional: false },
+    otherProcess: () => provenRun(options),
+  });
+  assert.equal(same.reproducible.otherProcess, "identical");
+  const differs = await runProof({
+    ...options,
+    checks: { fd: false, fd32: false, directional: false },
+    otherProcess: async () => {
+      const run = await provenRun(options);
+      run.get("decay.a_log")![0] += 1e-9;
+      return run;
+    },
+  });
+  assert.equal(differs.reproducible.otherProcess, "differs");
+  assert.match(differs.diagnosis!, /^Non-deterministic: reruns differ, first in decay\.a_log/);
+});
+
+Deno.test("proveGradients() holds on a small layer and flags only the group behind a wrong custom VJP", async () => {
+  const x = new Tensor(Float64Array.from({ length: 12 }, (_, i) => Math.sin(i + 1)), [4, 3]);
+  // scaleByTwo is a custom node whose VJP is off by 1%: only the group it touches may go red.
+  const scaleByTwo = (t: Tensor, wrong: boolean) =>
+    customNode("scaleByTwo", {
+      inputs: [t],
+      outputs: [{ data: t.data.map((v) => 2 * v), shape: t.shape }],
+      vjp: ([g]) => [g === null ? null : g.map((v) => (wrong ? 2.02 : 2) * v)],
+      jvp: ([u]) => [u === null ? null : u.map((v) => 2 * v)],
+    })[0];
+  const subject = (wrong: boolean) => ({
+    parameters: new Map([
+      ["w1", { data: Float64Array.of(0.3, -0.2, 0.5, 0.1, 0.4, -0.6), shape: [2, 3] }],
+      ["w2", { data: Float64Array.of(0.7, -0.3), shape: [1, 2] }],
+    ]),
+    loss: (p: Map<string, Tensor>) => {
+      const h = sigmoid(linear(x, p.get("w1")!));
+      return sum(
+        sum(mul(linear(h, scaleByTwo(p.get("w2")!, wrong)), linear(h, p.get("w2")!)), 1),
+        0,
+      );
+    },
+  });
+  const good = await proveGradients(subject(false));
+  assert.ok(good.ok, JSON.stringify(good.rows.map((r) => r.status)));
+  const bad = await proveGradients(subject(true));
+  assert.equal(bad.ok, false);
+  assert.deepEqual(bad.rows.filter((r) => !r.ok).map((r) => r.name), ["w2"]);
+  assert.match(bad.rows.find((r) => r.name === "w2")!.status, /FAIL/);
+});
+
+Deno.test("deno task prove --help lists the flags and exit codes, and a bad flag exits 2 with a prove: line", async () => {
+  const run = (args: string[], env: Record<string, string> = {}) =>
+    new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--allow-env",
+        "--allow-read",
+        "--allow-write",
+        "--allow-run",
+        "checks/cli.ts",
+        ...args,
+      ],
+      env: { NO_COLOR: "1", ...env },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+  const help = await run(["--help"]);
+  assert.equal(help.code, 0);
+  const text = new TextDecoder().decode(help.stdout);
+  for (
+    const flag of [
+      "--arm",
+      "--conv",
+      "--shape",
+      "--config",
+      "--repeat",
+      "--mutants",
+      "--json",
+      "--format",
+    ]
+  ) {
+    assert.ok(text.includes(flag), flag);
+  }
+  assert.match(text, /Exit codes: 0 .* 1 .* 2 /s);
+  const bad = await run(["--shape", "2"]);
+  assert.equal(bad.code, 2);
+  assert.match(
+    new TextDecoder().decode(bad.stderr),
+    /^prove: --shape must be two positive integers/m,
+  );
+  const conflict = await run(["--arm", "cpu"], { KDA_REQUIRE_ARM: "ops" });
+  assert.equal(conflict.code, 2);
+  assert.match(
+    new TextDecoder().decode(conflict.stderr),
+    /prove: --arm cpu conflicts with KDA_REQUIRE_ARM=ops/,
+  );
 });
