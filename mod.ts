@@ -47,6 +47,7 @@ export {
 export {
   KdaModule,
   type KdaModuleRunOptions,
+  type KdaModuleState,
   PARAMETER_TABLE,
   type ParameterInit,
   parameterNames,

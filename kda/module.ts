@@ -5,6 +5,7 @@ import {
   add,
   alloc,
   causalConv,
+  concat,
   exp,
   jvp,
   l2norm,
@@ -15,6 +16,7 @@ import {
   scale,
   sigmoid,
   silu,
+  slice,
   Tape,
   Tensor,
 } from "../tape/mod.ts";
@@ -139,6 +141,21 @@ export const PARAMETER_TABLE: readonly ParameterSpec[] = Object.freeze([
 ]);
 
 /**
+ * What a layer carries from one segment of a sequence to the next: the KDA state and, with the
+ * short convolution, its cache. Run a long input in segments by passing each call's final state to
+ * the next; the result equals running it whole.
+ */
+export interface KdaModuleState<F extends Float = Float> {
+  /** The KDA state after the last token, [B, H, K, V]. */
+  kda: F;
+  /**
+   * With the short convolution: the last CONV_WIDTH − 1 projected inputs of q, k and v before the
+   * convolution, oldest first, [B, 3, H·K] for q and k and [B, 3, H·V] for v.
+   */
+  conv?: { q: F; k: F; v: F };
+}
+
+/**
  * The parameter group names in table order, without and with the short conv.
  *
  * @param shortConv Whether the layer has the short convolution.
@@ -152,6 +169,22 @@ export const PARAMETER_TABLE: readonly ParameterSpec[] = Object.freeze([
  */
 export function parameterNames(shortConv: boolean): string[] {
   return PARAMETER_TABLE.filter((p) => shortConv || !p.conv).map((p) => p.name);
+}
+
+/** The last `n` rows of each batch entry of a [B, rows, width] array, zero-filled in front. */
+function lastRows(data: Float, B: number, rows: number, width: number, n: number): Float {
+  const out = alloc(data instanceof Float64Array ? "f64" : "f32", B * n * width);
+  for (let b = 0; b < B; b++) {
+    for (let r = 0; r < n; r++) {
+      const src = rows - n + r;
+      if (src < 0) continue;
+      out.set(
+        data.subarray((b * rows + src) * width, (b * rows + src + 1) * width),
+        (b * n + r) * width,
+      );
+    }
+  }
+  return out;
 }
 
 /** A draw of one group's initial values (docs/kda.md 2.4), from its own seeded stream. */
@@ -271,25 +304,37 @@ export class KdaModule {
     [B, T]: [number, number],
     params: Map<string, Tensor>,
     options: KdaModuleProofOptions,
-  ): Promise<Tensor> {
+    state?: KdaModuleState,
+  ): Promise<{ y: Tensor; state: KdaModuleState }> {
     const { dModel: D, heads: H, keyDim: K, valueDim: V, shortConv, minDecay, chunkSize } =
       this.config;
     const w = (name: string) => params.get(name)!;
     const rows = new Tensor(x, [B * T, D]);
 
-    // q, k, v: projection, optional causal short conv, then SiLU
-    const branch = (proj: string, conv: string, width: number) => {
+    // q, k, v: projection, optional causal short conv, then SiLU. A given conv cache stands for
+    // the CONV_WIDTH − 1 inputs before t = 0 (zeros when there is none).
+    const W1 = CONV_WIDTH - 1;
+    const caches: Record<string, Float> = {};
+    const branch = (proj: string, conv: string, width: number, which: "q" | "k" | "v") => {
       let u = linear(rows, w(proj));
       if (shortConv) {
-        u = reshape(causalConv(reshape(u, [B, T, width]), w(conv)), [B * T, width]);
+        const u3 = reshape(u, [B, T, width]);
+        const cache = state?.conv?.[which];
+        const full = cache === undefined ? u3 : concat([new Tensor(cache, [B, W1, width]), u3], 1);
+        const convolved = causalConv(full, w(conv));
+        u = reshape(
+          cache === undefined ? convolved : slice(convolved, 1, { start: W1, end: W1 + T }),
+          [B * T, width],
+        );
+        caches[which] = lastRows(full.data, B, full.shape[1], width, W1);
       }
       return silu(u);
     };
     // per-head L2 normalisation of q and k
     const perHead = (u: Tensor) => reshape(l2norm(reshape(u, [B * T * H, K])), [B, T, H, K]);
-    const q = perHead(branch("q_proj.weight", "q_conv_w", H * K));
-    const k = perHead(branch("k_proj.weight", "k_conv_w", H * K));
-    const v = reshape(branch("v_proj.weight", "v_conv_w", H * V), [B, T, H, V]);
+    const q = perHead(branch("q_proj.weight", "q_conv_w", H * K, "q"));
+    const k = perHead(branch("k_proj.weight", "k_conv_w", H * K, "k"));
+    const v = reshape(branch("v_proj.weight", "v_conv_w", H * V, "v"), [B, T, H, V]);
 
     // decay: g = ln(minDecay) · sigmoid(exp(a_log[h]) · (W_up W_down x + b_alpha))
     const z = add(
@@ -303,7 +348,8 @@ export class KdaModule {
     );
     const beta = reshape(sigmoid(linear(rows, w("beta_proj.weight"))), [B, T, H]);
 
-    const { o } = await runKda({ q, k, v, g, beta }, {
+    const h0 = state === undefined ? undefined : new Tensor(state.kda, [B, H, K, V]);
+    const { o, ht } = await runKda({ q, k, v, g, beta, h0 }, {
       B,
       T,
       H,
@@ -323,7 +369,14 @@ export class KdaModule {
     const normed = reshape(rmsnorm(reshape(o, [B * T * H, V]), { eps: 1e-5 }), [B * T, H, V]);
     const gate = reshape(sigmoid(linear(rows, w("o_gate.weight"))), [B * T, H, V]);
     const gated = mul(mul(normed, w("o_norm_w")), gate);
-    return reshape(linear(reshape(gated, [B * T, H * V]), w("o_proj.weight")), [B, T, D]);
+    const y = reshape(linear(reshape(gated, [B * T, H * V]), w("o_proj.weight")), [B, T, D]);
+    return {
+      y,
+      state: {
+        kda: ht.data,
+        ...(shortConv ? { conv: { q: caches.q, k: caches.k, v: caches.v } } : {}),
+      },
+    };
   }
 
   /**
@@ -341,7 +394,7 @@ export class KdaModule {
   ): Promise<F> {
     const [B, T] = this.#checkInput(x, dims);
     const checked = this.#checkOptions(options);
-    return (await this.#run(x, [B, T], this.#params, checked)).data as F;
+    return (await this.#run(x, [B, T], this.#params, checked)).y.data as F;
   }
 
   /**
@@ -367,13 +420,172 @@ export class KdaModule {
     try {
       const params = new Map<string, Tensor>();
       for (const [name, p] of this.#params) params.set(name, tape.variable(p));
-      const y = await this.#run(x, [B, T], params, checked);
+      const { y } = await this.#run(x, [B, T], params, checked);
       const byTensor = await tape.backward(y, dy);
       const grads = new Map<string, F>();
       for (const [name, p] of params) {
         grads.set(name, (byTensor.get(p) ?? alloc(this.dtype, p.size)) as F);
       }
       return { y: y.data as F, grads };
+    } finally {
+      tape.dispose();
+    }
+  }
+
+  #checkState(state: unknown, B: number): KdaModuleState | undefined {
+    if (state === undefined) return undefined;
+    const st = checkObject("options.state", state);
+    checkKnownKeys("options.state", st, ["kda", "conv"]);
+    const { heads: H, keyDim: K, valueDim: V, shortConv } = this.config;
+    checkFloatArray("options.state.kda", st.kda, B * H * K * V, this.dtype, "[B, H, K, V]");
+    if (!shortConv) {
+      if (st.conv !== undefined) {
+        throw new TypeError(
+          "options.state.conv must be absent without the short conv: got a cache",
+        );
+      }
+      return { kda: st.kda };
+    }
+    const conv = checkObject("options.state.conv", st.conv);
+    checkKnownKeys("options.state.conv", conv, ["q", "k", "v"]);
+    const W1 = CONV_WIDTH - 1;
+    checkFloatArray("options.state.conv.q", conv.q, B * W1 * H * K, this.dtype, "[B, 3, H·K]");
+    checkFloatArray("options.state.conv.k", conv.k, B * W1 * H * K, this.dtype, "[B, 3, H·K]");
+    checkFloatArray("options.state.conv.v", conv.v, B * W1 * H * V, this.dtype, "[B, 3, H·V]");
+    return { kda: st.kda, conv: { q: conv.q, k: conv.k, v: conv.v } };
+  }
+
+  /**
+   * The forward from a given state, returning the final state as well, so a long input can run in
+   * segments (each call's state feeds the next; the result equals running it whole).
+   *
+   * @param x Input [B, T, D], of the layer's dtype.
+   * @param dims `[B, T]`.
+   * @param options `state` (default: zeros, i.e. the start of a sequence), and `arm`, `strict`,
+   *   `quiet`, `checkParameters`.
+   * @returns The output [B, T, D] and the state after its last token.
+   *
+   * @example Two segments equal one run
+   * ```ts
+   * import { KdaModule } from "@deltanet/kda";
+   * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
+   * const x = new Float64Array(1 * 6 * 8).map((_, i) => Math.sin(i));
+   * const first = await layer.forwardWithState(x.subarray(0, 24), [1, 3], { arm: "cpu" });
+   * const second = await layer.forwardWithState(x.subarray(24), [1, 3], {
+   *   arm: "cpu",
+   *   state: first.state,
+   * });
+   * ```
+   */
+  async forwardWithState<F extends Float>(
+    x: F,
+    dims: [number, number],
+    options: KdaModuleRunOptions & { state?: KdaModuleState<F> } = {},
+  ): Promise<{ y: F; state: KdaModuleState<F> }> {
+    const [B, T] = this.#checkInput(x, dims);
+    const { state, ...rest } = checkObject("options", options) as typeof options;
+    const initial = this.#checkState(state, B);
+    const checked = this.#checkOptions(rest);
+    const out = await this.#run(x, [B, T], this.#params, checked, initial);
+    return { y: out.y.data as F, state: out.state as KdaModuleState<F> };
+  }
+
+  /**
+   * Decodes one token per sequence through the whole layer: the forward of a length-1 input from
+   * `state`.
+   *
+   * @param x The tokens [B, D] (one per sequence), of the layer's dtype.
+   * @param state The state after the previous token; omit it for the first token.
+   * @param options `arm`, `strict`, `quiet`, `checkParameters`.
+   * @returns The outputs [B, D] and the state after this token.
+   *
+   * @example A generation loop
+   * ```ts
+   * import { KdaModule, type KdaModuleState } from "@deltanet/kda";
+   * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
+   * let state: KdaModuleState<Float64Array> | undefined;
+   * let token = new Float64Array(8).fill(0.1);
+   * for (let t = 0; t < 4; t++) {
+   *   const out = await layer.step(token, state, { arm: "cpu" });
+   *   state = out.state;
+   *   token = out.y; // feed the output back in, as a toy generator would
+   * }
+   * ```
+   */
+  async step<F extends Float>(
+    x: F,
+    state?: KdaModuleState<F>,
+    options: KdaModuleRunOptions = {},
+  ): Promise<{ y: F; state: KdaModuleState<F> }> {
+    const D = this.config.dModel;
+    if (!(x instanceof Float64Array || x instanceof Float32Array) || x.length % D !== 0) {
+      throw new RangeError(
+        `x must be a ${this.dtype === "f64" ? "Float64Array" : "Float32Array"} of B·${D} ` +
+          `elements [B, D]: got ${typeName(x)}${
+            "length" in Object(x) ? ` of ${(x as F).length}` : ""
+          }`,
+      );
+    }
+    const B = x.length / D;
+    return await this.forwardWithState(x, [B, 1], { ...options, ...(state ? { state } : {}) });
+  }
+
+  /**
+   * One forward and one backward of a loss built on the layer's output, with no second forward:
+   * `lossFn` receives the output as a tensor on the layer's tape and returns a one-element tensor
+   * built from tape ops on it.
+   *
+   * @param x Input [B, T, D], of the layer's dtype.
+   * @param dims `[B, T]`.
+   * @param lossFn The loss of the output.
+   * @param options `arm`, `strict`, `quiet`, `checkParameters`.
+   * @returns The output, the loss and the gradient of every group.
+   *
+   * @example Mean squared output
+   * ```ts
+   * import { KdaModule } from "@deltanet/kda";
+   * import { mul, reshape, scale, sum } from "@deltanet/kda/tape";
+   * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
+   * const x = new Float64Array(1 * 5 * 8).map((_, i) => Math.cos(i));
+   * const { loss, grads } = await layer.forwardBackward(x, [1, 5], (y) => {
+   *   const flat = reshape(y, [y.size]);
+   *   return scale(sum(mul(flat, flat), 0), 1 / y.size);
+   * }, { arm: "cpu" });
+   * ```
+   */
+  async forwardBackward<F extends Float>(
+    x: F,
+    dims: [number, number],
+    lossFn: (y: Tensor) => Tensor | Promise<Tensor>,
+    options: KdaModuleRunOptions = {},
+  ): Promise<{ y: F; loss: number; grads: Map<string, F> }> {
+    const [B, T] = this.#checkInput(x, dims);
+    if (typeof lossFn !== "function") {
+      throw new TypeError(
+        `lossFn must be a function of the output tensor: got ${typeName(lossFn)}`,
+      );
+    }
+    const checked = this.#checkOptions(options);
+    const tape = new Tape(this.dtype);
+    try {
+      const params = new Map<string, Tensor>();
+      for (const [name, p] of this.#params) params.set(name, tape.variable(p));
+      const { y } = await this.#run(x, [B, T], params, checked);
+      const loss = await lossFn(y);
+      if (!(loss instanceof Tensor) || loss.size !== 1 || loss.tape !== tape) {
+        throw new TypeError(
+          "lossFn must return a one-element tensor built from tape ops on its argument: got " +
+            (loss instanceof Tensor
+              ? `${loss.size} elements${loss.tape === tape ? "" : " off the tape"}`
+              : typeName(loss)),
+        );
+      }
+      const byTensor = await tape.backward(loss);
+      const grads = new Map<string, F>();
+      for (const [name, p] of params) {
+        grads.set(name, (byTensor.get(p) ?? alloc(this.dtype, p.size)) as F);
+      }
+      return { y: y.data as F, loss: loss.data[0], grads };
     } finally {
       tape.dispose();
     }
@@ -429,7 +641,7 @@ export class KdaModule {
         this.#run(x, [B, T], new Map(names.map((n, i) => [n, ps[i]])), {
           arm: "ops",
           strict: true,
-        }),
+        }).then((r) => r.y),
       primals,
       directions,
     );
