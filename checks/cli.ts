@@ -17,6 +17,10 @@ import { gpuStatus } from "../kda/gpu.ts";
 import { type ProofOptions, provenRun, runProof } from "./prove.ts";
 import { failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
 import { MUTANTS } from "./mutants.ts";
+import { readSafetensors } from "../io/mod.ts";
+import { checkCandidate, compareCandidates, type Precision } from "./candidate.ts";
+import { checkLayerCandidate, isLayerCandidate } from "./candidate_layer.ts";
+import { heatmapSvg } from "./heatmap.ts";
 
 const HELP = `deno task prove [flags]: the per-group gradient proof of the KDA layer
 
@@ -35,6 +39,17 @@ Flags:
                       counters, timings, adapter) to FILE
   --format text|markdown   how the tables print (default text)
   --help              this text
+
+Someone else's kernel (instead of the proof):
+  --candidate FILE    a safetensors file with the inputs (q, k, v, g, beta; optionally h0, dout,
+                      dht, cu_seqlens) and any results (o, ht, dq, dk, dv, dg, dbeta, dh0) of a
+                      KDA kernel, checked against the exact f64 reference on the same values; or
+                      a layer (x, dy, the parameters, y and grad/<name> gradients)
+  --precision bf16|f16|f32  the precision the candidate claims (default f32): sets the bars
+  --chunk-size N      the candidate's chunk size, to place errors in chunks (default 64)
+  --svg FILE          write the heat map of the error per (sequence·head, chunk) to FILE
+  --map FILE          a JSON object mapping the candidate's parameter names to this package's
+  --compare FILE      a second candidate file from the same inputs: where the two differ
 
 Exit codes: 0 the proof holds (and every mutant is killed); 1 a check failed or a mutant
 survived; 2 a usage or environment error (a bad flag, a required arm that cannot run).
@@ -145,6 +160,12 @@ async function main(args: string[]): Promise<number> {
         format: { type: "string", default: "text" },
         help: { type: "boolean", default: false },
         child: { type: "boolean", default: false },
+        candidate: { type: "string" },
+        precision: { type: "string", default: "f32" },
+        "chunk-size": { type: "string", default: "64" },
+        svg: { type: "string" },
+        map: { type: "string" },
+        compare: { type: "string" },
       },
       strict: true,
     }));
@@ -169,6 +190,17 @@ async function main(args: string[]): Promise<number> {
   const required = requiredArm();
   if (required !== undefined && values.arm !== undefined && values.arm !== required) {
     throw new UsageError(`--arm ${values.arm} conflicts with KDA_REQUIRE_ARM=${required}`);
+  }
+  if (values.candidate !== undefined) {
+    return await candidateMain(values.candidate, {
+      precision: values.precision!,
+      chunkSize: values["chunk-size"]!,
+      svg: values.svg,
+      map: values.map,
+      compare: values.compare,
+      json: values.json,
+      format,
+    });
   }
   const dims = parseShape(values.shape);
   const config = await readConfig(values.config, values.conv);
@@ -256,6 +288,127 @@ async function main(args: string[]): Promise<number> {
   }
   console.error(`prove: done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
   return ok ? 0 : 1;
+}
+
+async function readFileBytes(path: string, flag: string): Promise<Uint8Array> {
+  try {
+    return await Deno.readFile(path);
+  } catch (error) {
+    throw new UsageError(`${flag} ${path} could not be read: ${(error as Error).message}`);
+  }
+}
+
+const fmt = (x: number) => Number.isNaN(x) ? "NaN" : x.toExponential(2);
+
+async function candidateMain(path: string, o: {
+  precision: string;
+  chunkSize: string;
+  svg?: string;
+  map?: string;
+  compare?: string;
+  json?: string;
+  format: "text" | "markdown";
+}): Promise<number> {
+  if (o.precision !== "bf16" && o.precision !== "f16" && o.precision !== "f32") {
+    throw new UsageError(`--precision must be bf16, f16 or f32: got ${o.precision}`);
+  }
+  const chunkSize = Number(o.chunkSize);
+  if (chunkSize !== 16 && chunkSize !== 32 && chunkSize !== 64) {
+    throw new UsageError(`--chunk-size must be 16, 32 or 64: got ${o.chunkSize}`);
+  }
+  const file = readSafetensors(await readFileBytes(path, "--candidate"));
+  const precision = o.precision as Precision;
+  if (o.compare !== undefined) {
+    const other = readSafetensors(await readFileBytes(o.compare, "--compare"));
+    const diffs = compareCandidates(file, other);
+    for (const d of diffs) {
+      console.log(
+        `${d.name}: ${d.differing} entries differ, max|Δ| ${
+          fmt(d.maxDiff)
+        }, first at ${d.firstIndex}`,
+      );
+    }
+    console.log(
+      diffs.length === 0
+        ? "the two runs are bit-identical"
+        : "NON-DETERMINISTIC: the two runs differ",
+    );
+    if (diffs.length > 0) return 1;
+  }
+  if (isLayerCandidate(file)) {
+    const map = o.map === undefined
+      ? undefined
+      : JSON.parse(new TextDecoder().decode(await readFileBytes(o.map, "--map")));
+    const report = await checkLayerCandidate(file, { precision, map });
+    console.log(
+      `layer candidate (${precision} claimed), reference: the f64 ${report.referenceArm} arm`,
+    );
+    for (const r of [report.output, ...report.rows]) {
+      console.log(
+        `  ${r.name.padEnd(22)}${fmt(r.agreement.rel)} (abs ${fmt(r.agreement.absDiff)}, ref ${
+          fmt(r.agreement.refMax)
+        })  bar ${r.bar.toExponential(1)}  ${r.ok ? "ok" : "FAIL"}`,
+      );
+    }
+    if (report.diagnosis) console.log(`diagnosis: ${report.diagnosis}`);
+    console.log(report.ok ? "CANDIDATE AGREES" : "CANDIDATE DISAGREES");
+    if (o.json) await Deno.writeTextFile(o.json, JSON.stringify(report, null, 2));
+    return report.ok ? 0 : 1;
+  }
+  const report = await checkCandidate(file, { precision, chunkSize });
+  const { N, lengths, H, K, V } = report.dims;
+  console.log(
+    `candidate: ${N} sequence(s) of ${
+      [...new Set(lengths)].join("/")
+    } tokens, H=${H} K=${K} V=${V}; ` +
+      `reference: the f64 ${report.referenceArm} arm; ${report.barNote}`,
+  );
+  const header = [
+    "tensor",
+    "max|a−b|/max|b|",
+    "max|a−b|",
+    "max|b|",
+    "rms ratio",
+    "worst at",
+    "bar",
+    "verdict",
+  ];
+  const cells = report.rows.map((r) => [
+    r.name,
+    fmt(r.agreement.rel),
+    fmt(r.agreement.absDiff),
+    fmt(r.agreement.refMax),
+    fmt(r.rmsRatio),
+    r.worst.t === undefined
+      ? `b=${r.worst.b} h=${r.worst.h} k=${r.worst.channel}`
+      : `b=${r.worst.b} t=${r.worst.t} h=${r.worst.h} chunk=${r.worst.chunk} ch=${r.worst.channel}`,
+    r.bar.toExponential(1),
+    r.ok ? "ok" : "FAIL",
+  ]);
+  if (o.format === "markdown") {
+    console.log(`| ${header.join(" | ")} |\n|${header.map(() => "---").join("|")}|`);
+    for (const c of cells) console.log(`| ${c.join(" | ")} |`);
+  } else {
+    const w = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)) + 2);
+    console.log(header.map((h, i) => h.padEnd(w[i])).join(""));
+    for (const c of cells) console.log(c.map((x, i) => x.padEnd(w[i])).join(""));
+  }
+  console.log(report.ok ? "CANDIDATE AGREES" : "CANDIDATE DISAGREES");
+  if (o.svg !== undefined) {
+    await Deno.writeTextFile(o.svg, heatmapSvg(report));
+    console.error(`prove: wrote ${o.svg}`);
+  }
+  if (o.json !== undefined) {
+    const rows = report.rows.map(({ cells: _cells, ...r }) => ({
+      ...r,
+      rel: r.agreement.rel,
+      absMax: r.agreement.absDiff,
+      refMax: r.agreement.refMax,
+    }));
+    await Deno.writeTextFile(o.json, JSON.stringify({ ...report, rows }, null, 2));
+    console.error(`prove: wrote ${o.json}`);
+  }
+  return report.ok ? 0 : 1;
 }
 
 if (import.meta.main) {
