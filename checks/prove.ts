@@ -11,15 +11,8 @@ import { mulberry32, normal, subSeed } from "../kda/_random.ts";
 import { SEAM_HOOKS, type SeamCounts, type SeamHooks } from "../seam/seam.ts";
 import { resetSeamCounts, seamCounts, seamDecisions } from "../kda/op.ts";
 import { type Agreement, agreement, sameBits } from "./compare.ts";
-import {
-  direction,
-  type DirectionalRow,
-  directionalRow,
-  FD32_TOL,
-  FD_TOL,
-  type FdRow,
-  fdRow,
-} from "./gradients.ts";
+import * as groupChecks from "./gradients.ts";
+import type { DirectionalRow, FdRow } from "./gradients.ts";
 import { checkOp, type OpCheck } from "./op_check.ts";
 import { diagnose } from "./diagnose.ts";
 
@@ -246,7 +239,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
       ? await timed(
         `central differences (f64): ${name}`,
         () =>
-          fdRow(name, param.data, fdGrads.get(name)!, async (index, delta) => {
+          groupChecks.fdRow(name, param.data, fdGrads.get(name)!, async (index, delta) => {
             const original = param.data[index];
             param.data[index] = original + delta;
             try {
@@ -254,7 +247,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
             } finally {
               param.data[index] = original;
             }
-          }, { dtype: "f64", lossScale, tol: FD_TOL, probes: options.fdProbes }),
+          }, { dtype: "f64", lossScale, tol: groupChecks.FD_TOL, probes: options.fdProbes }),
       )
       : null;
     const own = tested.parameters().get(name)!;
@@ -262,7 +255,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
       ? await timed(
         `central differences (${dtype}, ${arm} arm): ${name}`,
         () =>
-          fdRow(name, own.data, first.grads.get(name)!, async (index, delta) => {
+          groupChecks.fdRow(name, own.data, first.grads.get(name)!, async (index, delta) => {
             const original = own.data[index];
             own.data[index] = original + delta;
             const step = own.data[index] - original; // the step f32 could actually take
@@ -274,19 +267,19 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
             } finally {
               own.data[index] = original;
             }
-          }, { dtype, lossScale, tol: FD32_TOL, probes: options.fdProbes }),
+          }, { dtype, lossScale, tol: groupChecks.FD32_TOL, probes: options.fdProbes }),
       )
       : null;
     let directional: DirectionalRow | null = null;
     if (checks.directional) {
-      const u = direction(param.size, subSeed(seed, `prove.u.${gi}`));
+      const u = groupChecks.direction(param.size, subSeed(seed, `prove.u.${gi}`));
       const { dy } = await timed(
         `directional (forward mode, f64 ops): ${name}`,
         () => exact.jvp(x, [B, T], new Map([[name, u]])),
       );
       let jv = 0;
       for (let i = 0; i < dy.length; i++) jv += dy[i] * r[i];
-      directional = directionalRow(name, jv, first.grads.get(name)!, u, gradTol);
+      directional = groupChecks.directionalRow(name, jv, first.grads.get(name)!, u, gradTol);
     }
     const fdOk = fd === null || (fd.nonZero && fd.finite &&
       (fd.resolved ? fd.ok : directional !== null && directional.ok));

@@ -418,18 +418,31 @@ export class KdaModule {
     const checked = this.#checkOptions(options);
     const tape = new Tape(this.dtype);
     try {
-      const params = new Map<string, Tensor>();
-      for (const [name, p] of this.#params) params.set(name, tape.variable(p));
+      const params = this.#variables(tape);
       const { y } = await this.#run(x, [B, T], params, checked);
-      const byTensor = await tape.backward(y, dy);
-      const grads = new Map<string, F>();
-      for (const [name, p] of params) {
-        grads.set(name, (byTensor.get(p) ?? alloc(this.dtype, p.size)) as F);
-      }
-      return { y: y.data as F, grads };
+      return { y: y.data as F, grads: this.#gradients<F>(await tape.backward(y, dy), params) };
     } finally {
       tape.dispose();
     }
+  }
+
+  /** The parameter groups as variables on `tape`. */
+  #variables(tape: Tape): Map<string, Tensor> {
+    const params = new Map<string, Tensor>();
+    for (const [name, p] of this.#params) params.set(name, tape.variable(p));
+    return params;
+  }
+
+  /** Each group's gradient (zeros for a group nothing reached). */
+  #gradients<F extends Float>(
+    byTensor: Map<Tensor, Float>,
+    params: Map<string, Tensor>,
+  ): Map<string, F> {
+    const grads = new Map<string, F>();
+    for (const [name, p] of params) {
+      grads.set(name, (byTensor.get(p) ?? alloc(this.dtype, p.size)) as F);
+    }
+    return grads;
   }
 
   #checkState(state: unknown, B: number): KdaModuleState | undefined {
@@ -568,8 +581,7 @@ export class KdaModule {
     const checked = this.#checkOptions(options);
     const tape = new Tape(this.dtype);
     try {
-      const params = new Map<string, Tensor>();
-      for (const [name, p] of this.#params) params.set(name, tape.variable(p));
+      const params = this.#variables(tape);
       const { y } = await this.#run(x, [B, T], params, checked);
       const loss = await lossFn(y);
       if (!(loss instanceof Tensor) || loss.size !== 1 || loss.tape !== tape) {
@@ -580,11 +592,7 @@ export class KdaModule {
               : typeName(loss)),
         );
       }
-      const byTensor = await tape.backward(loss);
-      const grads = new Map<string, F>();
-      for (const [name, p] of params) {
-        grads.set(name, (byTensor.get(p) ?? alloc(this.dtype, p.size)) as F);
-      }
+      const grads = this.#gradients<F>(await tape.backward(loss), params);
       return { y: y.data as F, loss: loss.data[0], grads };
     } finally {
       tape.dispose();

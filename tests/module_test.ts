@@ -1,12 +1,13 @@
-// Tests of the layer (kda/module.ts): its parameter groups and initialisation (DESIGN.md 2.4), the
+// Tests of the layer (kda/module.ts): its parameter groups and initialisation (docs/kda.md 2.4), the
 // per-group gradient of `vjp` against central differences of `forward` in f64, the cpu arm against
 // the ops arm, forward/vjp agreement, a loop-by-loop re-implementation of the forward, and input
 // validation.
 
 import assert from "node:assert/strict";
 import { DEFAULT_CONFIG, type KdaConfig, KdaModule } from "../mod.ts";
-import { mulberry32, recurrentForward } from "./_bptt.ts";
-import { agreement, bitsEqual, Worst } from "./_compare.ts";
+import { recurrentForward } from "./_bptt.ts";
+import { CONV_GROUPS, EXPECTED_GROUPS } from "../checks/prove.ts";
+import { agreement, bitsEqual, mulberry32, Worst } from "./_fixtures.ts";
 
 function randomNormal(n: number, seed: number, sd = 1): Float64Array {
   const rand = mulberry32(seed);
@@ -39,37 +40,12 @@ function dot(a: ArrayLike<number>, b: ArrayLike<number>): number {
 const SMALL: Partial<KdaConfig> = { dModel: 8, heads: 2, keyDim: 4, valueDim: 3, decayRank: 2 };
 const [SB, ST] = [2, 19];
 
-const NAMES_11 = [
-  "q_proj.weight",
-  "k_proj.weight",
-  "v_proj.weight",
-  "decay.w_down.weight",
-  "decay.w_up.weight",
-  "decay.b_alpha",
-  "decay.a_log",
-  "beta_proj.weight",
-  "o_norm_w",
-  "o_gate.weight",
-  "o_proj.weight",
-];
-const NAMES_14 = [
-  "q_proj.weight",
-  "k_proj.weight",
-  "v_proj.weight",
-  "q_conv_w",
-  "k_conv_w",
-  "v_conv_w",
-  "decay.w_down.weight",
-  "decay.w_up.weight",
-  "decay.b_alpha",
-  "decay.a_log",
-  "beta_proj.weight",
-  "o_norm_w",
-  "o_gate.weight",
-  "o_proj.weight",
-];
+// The spec's group lists (checks/prove.ts spells them out from docs/kda.md 2.4, independently of
+// kda/module.ts's table), in table order.
+const NAMES_11 = [...EXPECTED_GROUPS];
+const NAMES_14 = [...EXPECTED_GROUPS.slice(0, 3), ...CONV_GROUPS, ...EXPECTED_GROUPS.slice(3)];
 
-/** The shapes of DESIGN.md 2.4's table. */
+/** The shapes of docs/kda.md 2.4's table. */
 function tableShapes(D: number, H: number, K: number, V: number, R: number) {
   return {
     "q_proj.weight": [H * K, D],
@@ -89,7 +65,7 @@ function tableShapes(D: number, H: number, K: number, V: number, R: number) {
   } as Record<string, number[]>;
 }
 
-Deno.test("KdaModule.parameters() has exactly the 11 groups of DESIGN.md 2.4 (14 with shortConv) with the table's shapes", () => {
+Deno.test("KdaModule.parameters() has exactly the 11 groups of docs/kda.md 2.4 (14 with shortConv) with the table's shapes", () => {
   // The default config (D = H·K = H·V = 64) and a config whose dimensions are all distinct, so a
   // transposed or swapped shape cannot hide.
   const configs: Partial<KdaConfig>[] = [
@@ -118,18 +94,10 @@ Deno.test("KdaModule.parameters() has exactly the 11 groups of DESIGN.md 2.4 (14
     NAMES_11,
     "new KdaModule() with no config",
   );
-  // The trainer shape of DESIGN.md 2.4 is the default.
-  assert.deepEqual({ ...DEFAULT_CONFIG }, {
-    dModel: 64,
-    heads: 2,
-    keyDim: 32,
-    valueDim: 32,
-    decayRank: 16,
-    chunkSize: 16,
-    minDecay: 0.9,
-    shortConv: false,
-    seed: 0,
-  });
+  // The trainer shape of docs/kda.md 2.4 is the default.
+  const { dModel, heads, keyDim, valueDim, decayRank, ...rest } = DEFAULT_CONFIG;
+  assert.deepEqual([dModel, heads, keyDim, valueDim, decayRank], [64, 2, 32, 32, 16]);
+  assert.deepEqual(rest, { chunkSize: 16, minDecay: 0.9, shortConv: false, seed: 0 });
   assert.deepEqual({ ...new KdaModule().config }, { ...DEFAULT_CONFIG });
 });
 
@@ -262,7 +230,7 @@ Deno.test("KdaModule.vjp() ops arm gives every group a non-zero finite gradient 
         }
         if (!(gmax > 0)) throw new Error(`${label} gradient is all zero`);
         // Central differences at h = 1e-5·max(1, |θ|) and at h/10; judged by the better of the two
-        // (DESIGN.md 4), each only where its resolution floor 32·eps·|L|/h is well below tolerance.
+        // (docs/kda.md 4), each only where its resolution floor 32·eps·|L|/h is well below tolerance.
         const data = p.data;
         const numeric = [new Float64Array(data.length), new Float64Array(data.length)];
         const floor = [0, 0];
@@ -363,7 +331,7 @@ Deno.test("KdaModule.forward() output equals vjp()'s y bit for bit on the cpu an
   }
 });
 
-/** DESIGN.md 2.4's forward, loop by loop in f64, on the module's parameters. */
+/** docs/kda.md 2.4's forward, loop by loop in f64, on the module's parameters. */
 function referenceForward(m: KdaModule, x: Float64Array, B: number, T: number): Float64Array {
   const { dModel: D, heads: H, keyDim: K, valueDim: V, decayRank: R, minDecay, shortConv } =
     m.config;
@@ -441,7 +409,7 @@ function referenceForward(m: KdaModule, x: Float64Array, B: number, T: number): 
   return linear(gated, H * V, p("o_proj.weight"), D);
 }
 
-Deno.test("KdaModule.forward() equals a loop-by-loop f64 re-implementation of DESIGN.md 2.4 to 1e-12 on both arms, with and without shortConv", async () => {
+Deno.test("KdaModule.forward() equals a loop-by-loop f64 re-implementation of docs/kda.md 2.4 to 1e-12 on both arms, with and without shortConv", async () => {
   const worst = new Worst();
   for (const shortConv of [false, true]) {
     const m = new KdaModule({
