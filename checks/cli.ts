@@ -13,7 +13,7 @@
 import { parseArgs } from "node:util";
 import type { Arm, Float } from "../kda/_types.ts";
 import type { KdaConfig } from "../kda/config.ts";
-import { gpuStatus } from "../kda/gpu.ts";
+import { gpuStatus } from "../kda/gpu/mod.ts";
 import { type ProofOptions, provenRun, runProof } from "./prove.ts";
 import { failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
 import { MUTANTS } from "./mutants.ts";

@@ -18,7 +18,7 @@ import { Tape, type Tensor } from "../tape/mod.ts";
 import { type KdaRequest, runKda } from "../kda/arms.ts";
 import type { Arm, KdaProblem } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
-import { gpuLiveBuffers } from "../kda/gpu.ts";
+import { gpuLiveBuffers } from "../kda/gpu/mod.ts";
 import { checkCase, edgeCase } from "./_adversarial.ts";
 import { agreement, bitsEqual, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu, status } from "./_gpu.ts";

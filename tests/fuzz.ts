@@ -5,7 +5,7 @@
 //   deno task fuzz [--cases N] [--seed S] [--no-gpu]
 
 import { parseArgs } from "node:util";
-import { gpuStatus } from "../kda/gpu.ts";
+import { gpuStatus } from "../kda/gpu/mod.ts";
 import { checkCase, type Disagreement, edgeCase } from "./_adversarial.ts";
 
 const { values } = parseArgs({

@@ -11,7 +11,7 @@ import {
 import { Tape, Tensor } from "../tape/mod.ts";
 import { chunkForward } from "../kda/chunk.ts";
 import { runKda } from "../kda/arms.ts";
-import { gpuLiveBuffers } from "../kda/gpu.ts";
+import { gpuLiveBuffers } from "../kda/gpu/mod.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 import { randomKda } from "./_fixtures.ts";
 
