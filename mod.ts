@@ -53,5 +53,18 @@ export {
   parameterNames,
   type ParameterSpec,
 } from "./kda/module.ts";
+export {
+  fromTritonNames,
+  loadLayer,
+  loadStateDict,
+  type LoadStateDictOptions,
+  type LoadStateDictResult,
+  saveLayer,
+  type ShapedArray,
+  type StateDict,
+  stateDict,
+  TRITON_NAME_MAP,
+  type TritonNameMapping,
+} from "./kda/state_dict.ts";
 export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
 export { type Tensor } from "./tape/mod.ts";

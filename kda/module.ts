@@ -32,6 +32,7 @@ import {
   typeName,
 } from "./_check.ts";
 import { runKda } from "./arms.ts";
+import { loadStateDict, type ShapedArray, type StateDict, stateDict } from "./state_dict.ts";
 import { mulberry32, normal, subSeed } from "./_random.ts";
 
 /** Options of {@linkcode KdaModule.forward} and {@linkcode KdaModule.vjp}. */
@@ -254,6 +255,49 @@ export class KdaModule {
       params.set(p.name, new Tensor(data, shape));
     }
     return params;
+  }
+
+  /**
+   * Copies of the parameter groups by name, in table order (see kda/state_dict.ts for saving them
+   * as safetensors).
+   *
+   * @returns A new map from group name to a copy of its values.
+   *
+   * @example Usage
+   * ```ts
+   * import { KdaModule } from "@deltanet/kda";
+   * const dict = new KdaModule().stateDict();
+   * dict.size; // 11
+   * ```
+   */
+  stateDict(): StateDict {
+    return stateDict(this);
+  }
+
+  /**
+   * A layer of the given config with every group loaded from `dict` (strictly: an unknown, missing
+   * or wrongly shaped tensor is a named error and nothing is loaded).
+   *
+   * @param dict Group name to values (bare arrays, or `{ data, shape }` as `readSafetensors` gives).
+   * @param config The layer's config (its seed does not matter: every group is overwritten).
+   * @param options `dtype` of the new layer.
+   * @returns The layer.
+   *
+   * @example Usage
+   * ```ts
+   * import { KdaModule } from "@deltanet/kda";
+   * const layer = new KdaModule({ seed: 3 });
+   * const copy = KdaModule.fromStateDict(layer.stateDict(), { seed: 3 });
+   * ```
+   */
+  static fromStateDict(
+    dict: Map<string, Float | ShapedArray> | Record<string, Float | ShapedArray>,
+    config: Partial<KdaConfig> = {},
+    options: { dtype?: DType } = {},
+  ): KdaModule {
+    const layer = new KdaModule(config, options);
+    loadStateDict(layer, dict, { strict: true });
+    return layer;
   }
 
   /**

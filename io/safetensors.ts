@@ -1,0 +1,545 @@
+// A reader and writer of the safetensors format: an 8-byte little-endian u64 header length N, N
+// bytes of JSON header, then the raw little-endian tensor bytes, each tensor at
+// `data_offsets: [begin, end]` relative to the end of the header. Half-precision values (F16, BF16)
+// are widened to f32 exactly on read and rounded to nearest, ties to even, on write.
+
+/** A tensor element type this module reads. */
+export type SafetensorsDType = "F64" | "F32" | "F16" | "BF16" | "I32" | "I64";
+
+/** A tensor element type this module writes. */
+export type SafetensorsWriteDType = "F64" | "F32" | "F16" | "BF16" | "I32";
+
+/** The element types read, in the order error messages list them. */
+const READ_DTYPES: readonly SafetensorsDType[] = ["F64", "F32", "F16", "BF16", "I32", "I64"];
+const WRITE_DTYPES: readonly SafetensorsWriteDType[] = ["F64", "F32", "F16", "BF16", "I32"];
+const BYTES: Record<SafetensorsDType, number> = { F64: 8, F32: 4, F16: 2, BF16: 2, I32: 4, I64: 8 };
+
+/** The key of the header's optional string-to-string metadata. */
+const METADATA_KEY = "__metadata__";
+
+/** One tensor read from a safetensors file. */
+export interface SafetensorsTensor {
+  /** The element type stored in the file. */
+  readonly dtype: SafetensorsDType;
+  /** The shape, row-major. */
+  readonly shape: readonly number[];
+  /**
+   * The values: Float64Array for F64, Float32Array for F32, F16 and BF16 (widened exactly),
+   * Int32Array for I32 and I64 (I64 values must fit in 32 bits).
+   */
+  readonly data: Float64Array | Float32Array | Int32Array;
+}
+
+/** The contents of a safetensors file. */
+export interface SafetensorsFile {
+  /** The tensors by name, in the order of their data offsets. */
+  readonly tensors: Map<string, SafetensorsTensor>;
+  /** The header's `__metadata__` (empty when the file has none). */
+  readonly metadata: Record<string, string>;
+}
+
+/** One tensor to write. */
+export interface SafetensorsInput {
+  /** The values, row-major. */
+  readonly data: Float64Array | Float32Array | Int32Array;
+  /** The shape; its product must equal `data.length`. */
+  readonly shape: readonly number[];
+  /**
+   * The element type to store: by default F64 for a Float64Array, F32 for a Float32Array and I32
+   * for an Int32Array. F16 and BF16 round to nearest, ties to even.
+   */
+  readonly dtype?: SafetensorsWriteDType;
+}
+
+function typeName(x: unknown): string {
+  if (x === null) return "null";
+  if (Array.isArray(x)) return "Array";
+  if (typeof x !== "object") return typeof x;
+  return (x as object).constructor?.name ?? "object";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Half precision: exact decoding, and round-to-nearest-even encoding from the exact double value.
+
+interface MiniFloat {
+  mBits: number;
+  bias: number;
+  maxExpField: number;
+}
+
+const F16: MiniFloat = { mBits: 10, bias: 15, maxExpField: 31 };
+const BF16: MiniFloat = { mBits: 7, bias: 127, maxExpField: 255 };
+
+function decodeMini(bits: number, f: MiniFloat): number {
+  const sign = bits >> (f.mBits + Math.log2(f.maxExpField + 1)) ? -1 : 1;
+  const e = (bits >> f.mBits) & f.maxExpField;
+  const m = bits & ((1 << f.mBits) - 1);
+  if (e === 0) return sign * m * 2 ** (1 - f.bias - f.mBits);
+  if (e === f.maxExpField) return m === 0 ? sign * Infinity : NaN;
+  return sign * (1 + m / 2 ** f.mBits) * 2 ** (e - f.bias);
+}
+
+function roundHalfEven(y: number): number {
+  const lo = Math.floor(y), d = y - lo;
+  if (d > 0.5) return lo + 1;
+  if (d < 0.5) return lo;
+  return lo % 2 === 0 ? lo : lo + 1;
+}
+
+function encodeMini(x: number, f: MiniFloat): number {
+  const signShift = f.mBits + Math.log2(f.maxExpField + 1);
+  if (Number.isNaN(x)) return (f.maxExpField << f.mBits) | (1 << (f.mBits - 1));
+  const sign = x < 0 || Object.is(x, -0) ? 1 << signShift : 0;
+  const a = Math.abs(x);
+  const minNormal = 2 ** (1 - f.bias);
+  if (a < minNormal) {
+    // subnormal (a rounded-up result of 2^mBits units is the smallest normal, encoded alike)
+    return sign | roundHalfEven(a / 2 ** (1 - f.bias - f.mBits));
+  }
+  let e = Math.floor(Math.log2(a));
+  if (2 ** e > a) e--;
+  else if (2 ** (e + 1) <= a) e++;
+  let mant = roundHalfEven((a / 2 ** e - 1) * 2 ** f.mBits);
+  if (mant === 2 ** f.mBits) mant = 0, e++;
+  if (e + f.bias >= f.maxExpField) return sign | (f.maxExpField << f.mBits); // overflow: infinity
+  return sign | ((e + f.bias) << f.mBits) | mant;
+}
+
+/**
+ * Rounds a number to the nearest IEEE binary16 value, ties to even, and returns its bits.
+ *
+ * @param x The value (its exact double value is rounded, once).
+ * @returns The 16-bit pattern.
+ *
+ * @example Usage
+ * ```ts
+ * import { f16Bits } from "@deltanet/kda/io";
+ * f16Bits(1); // 0x3c00
+ * ```
+ */
+export function f16Bits(x: number): number {
+  return encodeMini(x, F16);
+}
+
+/**
+ * Rounds a number to the nearest bfloat16 value, ties to even, and returns its bits.
+ *
+ * @param x The value (its exact double value is rounded, once).
+ * @returns The 16-bit pattern.
+ *
+ * @example Usage
+ * ```ts
+ * import { bf16Bits } from "@deltanet/kda/io";
+ * bf16Bits(1); // 0x3f80
+ * ```
+ */
+export function bf16Bits(x: number): number {
+  return encodeMini(x, BF16);
+}
+
+/**
+ * The value of an IEEE binary16 bit pattern (exact: every f16 value is an f32 value).
+ *
+ * @param bits The 16-bit pattern.
+ * @returns Its value.
+ *
+ * @example Usage
+ * ```ts
+ * import { f16Value } from "@deltanet/kda/io";
+ * f16Value(0x3c00); // 1
+ * ```
+ */
+export function f16Value(bits: number): number {
+  return decodeMini(bits & 0xffff, F16);
+}
+
+/**
+ * The value of a bfloat16 bit pattern (exact: every bf16 value is an f32 value).
+ *
+ * @param bits The 16-bit pattern.
+ * @returns Its value.
+ *
+ * @example Usage
+ * ```ts
+ * import { bf16Value } from "@deltanet/kda/io";
+ * bf16Value(0x3f80); // 1
+ * ```
+ */
+export function bf16Value(bits: number): number {
+  return decodeMini(bits & 0xffff, BF16);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+/**
+ * The names of the header's top-level keys in order, duplicates kept (JSON.parse keeps only the
+ * last of a duplicated key, so they are found by a scan of the text).
+ */
+function topLevelKeys(text: string): string[] {
+  const keys: string[] = [];
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      const start = i;
+      for (i++; i < text.length && text[i] !== '"'; i++) if (text[i] === "\\") i++;
+      if (depth !== 1) continue;
+      let j = i + 1;
+      while (j < text.length && /\s/.test(text[j])) j++;
+      if (text[j] === ":") keys.push(JSON.parse(text.slice(start, i + 1)));
+    } else if (c === "{" || c === "[") depth++;
+    else if (c === "}" || c === "]") depth--;
+  }
+  return keys;
+}
+
+const HALF_TABLES: Partial<Record<"F16" | "BF16", Float32Array>> = {};
+
+/** The f32 value of every 16-bit pattern, built on first use (exact: see decodeMini). */
+function halfTable(dtype: "F16" | "BF16"): Float32Array {
+  let t = HALF_TABLES[dtype];
+  if (t === undefined) {
+    const f = dtype === "F16" ? F16 : BF16;
+    t = HALF_TABLES[dtype] = new Float32Array(65536);
+    for (let bits = 0; bits < 65536; bits++) t[bits] = decodeMini(bits, f);
+  }
+  return t;
+}
+
+function checkShape(where: string, shape: unknown): number[] {
+  if (
+    !Array.isArray(shape) ||
+    !shape.every((d) => typeof d === "number" && Number.isSafeInteger(d) && d >= 0)
+  ) {
+    throw new TypeError(
+      `${where}.shape must be an array of non-negative integers: got ${JSON.stringify(shape)}`,
+    );
+  }
+  return shape;
+}
+
+function decode(
+  dtype: SafetensorsDType,
+  bytes: Uint8Array,
+  count: number,
+  where: string,
+): Float64Array | Float32Array | Int32Array {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  switch (dtype) {
+    case "F64": {
+      const out = new Float64Array(count);
+      for (let i = 0; i < count; i++) out[i] = view.getFloat64(8 * i, true);
+      return out;
+    }
+    case "F32": {
+      const out = new Float32Array(count);
+      for (let i = 0; i < count; i++) out[i] = view.getFloat32(4 * i, true);
+      return out;
+    }
+    case "F16":
+    case "BF16": {
+      const table = halfTable(dtype);
+      const out = new Float32Array(count);
+      for (let i = 0; i < count; i++) out[i] = table[view.getUint16(2 * i, true)];
+      return out;
+    }
+    case "I32": {
+      const out = new Int32Array(count);
+      for (let i = 0; i < count; i++) out[i] = view.getInt32(4 * i, true);
+      return out;
+    }
+    case "I64": {
+      const out = new Int32Array(count);
+      for (let i = 0; i < count; i++) {
+        const v = view.getBigInt64(8 * i, true);
+        if (v < -2147483648n || v > 2147483647n) {
+          throw new RangeError(
+            `${where} values must fit in 32 bits to be read as Int32Array: got ${v} at index ${i}`,
+          );
+        }
+        out[i] = Number(v);
+      }
+      return out;
+    }
+  }
+}
+
+/**
+ * Reads a safetensors file from its bytes. Every tensor is copied out of `bytes`; F16 and BF16 are
+ * widened to f32 exactly, I64 is narrowed to Int32Array with a range check. Malformed files throw a
+ * RangeError or TypeError naming the field: a header length beyond the file, bad JSON, a duplicate
+ * name, an unknown dtype, a byte length that does not match dtype × shape, out-of-range or
+ * overlapping offsets, non-string metadata. Gaps between tensors' bytes and trailing bytes are
+ * tolerated (the reference writer makes neither).
+ *
+ * @param bytes The whole file.
+ * @returns The tensors by name and the metadata.
+ *
+ * @example Usage
+ * ```ts
+ * import { readSafetensors, writeSafetensors } from "@deltanet/kda/io";
+ * const bytes = writeSafetensors({ w: { data: new Float32Array([1, 2]), shape: [2] } });
+ * readSafetensors(bytes).tensors.get("w")?.data; // Float32Array [1, 2]
+ * ```
+ */
+export function readSafetensors(bytes: Uint8Array): SafetensorsFile {
+  if (!(bytes instanceof Uint8Array)) {
+    throw new TypeError(`bytes must be a Uint8Array: got ${typeName(bytes)}`);
+  }
+  if (bytes.length < 8) {
+    throw new RangeError(
+      `bytes must hold at least the 8-byte header length: got ${bytes.length} bytes`,
+    );
+  }
+  const lenView = new DataView(bytes.buffer, bytes.byteOffset, 8);
+  const n = lenView.getBigUint64(0, true);
+  if (n > BigInt(bytes.length - 8)) {
+    throw new RangeError(
+      `header length must be at most the ${
+        bytes.length - 8
+      } bytes after the 8-byte prefix: got ${n}`,
+    );
+  }
+  const headerEnd = 8 + Number(n);
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(8, headerEnd));
+  } catch {
+    throw new TypeError(`header must be UTF-8 text: got invalid bytes`);
+  }
+  let header: unknown;
+  try {
+    header = JSON.parse(text);
+  } catch (e) {
+    throw new TypeError(`header must be valid JSON: got ${(e as Error).message}`);
+  }
+  if (typeof header !== "object" || header === null || Array.isArray(header)) {
+    throw new TypeError(`header must be a JSON object: got ${typeName(header)}`);
+  }
+  const keys = topLevelKeys(text);
+  const seen = new Set<string>();
+  for (const k of keys) {
+    if (seen.has(k)) throw new RangeError(`header names must be unique: got "${k}" twice`);
+    seen.add(k);
+  }
+
+  const metadata: Record<string, string> = {};
+  const entries: {
+    name: string;
+    dtype: SafetensorsDType;
+    shape: number[];
+    b: number;
+    e: number;
+  }[] = [];
+  const dataLength = bytes.length - headerEnd;
+  for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
+    if (name === METADATA_KEY) {
+      if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+        throw new TypeError(`header.__metadata__ must be an object: got ${typeName(raw)}`);
+      }
+      for (const [k, v] of Object.entries(raw)) {
+        if (typeof v !== "string") {
+          throw new TypeError(`header.__metadata__["${k}"] must be a string: got ${typeName(v)}`);
+        }
+        metadata[k] = v;
+      }
+      continue;
+    }
+    const where = `tensor "${name}"`;
+    if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+      throw new TypeError(`${where} must be an object: got ${typeName(raw)}`);
+    }
+    const info = raw as Record<string, unknown>;
+    if (!READ_DTYPES.includes(info.dtype as SafetensorsDType)) {
+      throw new TypeError(
+        `${where}.dtype must be one of ${READ_DTYPES.join(", ")}: got ${String(info.dtype)}`,
+      );
+    }
+    const dtype = info.dtype as SafetensorsDType;
+    const shape = checkShape(where, info.shape);
+    const off = info.data_offsets;
+    if (
+      !Array.isArray(off) || off.length !== 2 ||
+      !off.every((x) => typeof x === "number" && Number.isSafeInteger(x) && x >= 0)
+    ) {
+      throw new TypeError(
+        `${where}.data_offsets must be two non-negative integers: got ${JSON.stringify(off)}`,
+      );
+    }
+    const [b, e] = off as number[];
+    if (b > e || e > dataLength) {
+      throw new RangeError(
+        `${where}.data_offsets must satisfy begin <= end <= ${dataLength} (the data's length): ` +
+          `got [${b}, ${e}]`,
+      );
+    }
+    const want = shape.reduce((a, d) => a * d, 1) * BYTES[dtype];
+    if (e - b !== want) {
+      throw new RangeError(
+        `${where} byte length must be ${want} (${dtype} × [${shape.join(", ")}]): got ${e - b}`,
+      );
+    }
+    entries.push({ name, dtype, shape, b, e });
+  }
+  entries.sort((x, y) => x.b - y.b || x.e - y.e);
+  for (let i = 1; i < entries.length; i++) {
+    const p = entries[i - 1], c = entries[i];
+    if (c.b < p.e) {
+      throw new RangeError(
+        `tensor "${c.name}".data_offsets must not overlap tensor "${p.name}" ` +
+          `[${p.b}, ${p.e}]: got [${c.b}, ${c.e}]`,
+      );
+    }
+  }
+  const tensors = new Map<string, SafetensorsTensor>();
+  for (const { name, dtype, shape, b, e } of entries) {
+    const count = shape.reduce((a, d) => a * d, 1);
+    const data = decode(
+      dtype,
+      bytes.subarray(headerEnd + b, headerEnd + e),
+      count,
+      `tensor "${name}"`,
+    );
+    tensors.set(name, Object.freeze({ dtype, shape: Object.freeze([...shape]), data }));
+  }
+  return { tensors, metadata };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+function defaultDType(data: unknown, where: string): SafetensorsWriteDType {
+  if (data instanceof Float64Array) return "F64";
+  if (data instanceof Float32Array) return "F32";
+  if (data instanceof Int32Array) return "I32";
+  throw new TypeError(
+    `${where}.data must be a Float64Array, Float32Array or Int32Array: got ${typeName(data)}`,
+  );
+}
+
+function encode(
+  dtype: SafetensorsWriteDType,
+  data: Float64Array | Float32Array | Int32Array,
+  out: DataView,
+): void {
+  const n = data.length;
+  switch (dtype) {
+    case "F64":
+      for (let i = 0; i < n; i++) out.setFloat64(8 * i, data[i], true);
+      return;
+    case "F32":
+      for (let i = 0; i < n; i++) out.setFloat32(4 * i, data[i], true);
+      return;
+    case "F16":
+      for (let i = 0; i < n; i++) out.setUint16(2 * i, encodeMini(data[i], F16), true);
+      return;
+    case "BF16":
+      for (let i = 0; i < n; i++) out.setUint16(2 * i, encodeMini(data[i], BF16), true);
+      return;
+    case "I32":
+      for (let i = 0; i < n; i++) out.setInt32(4 * i, data[i], true);
+      return;
+  }
+}
+
+/**
+ * Writes tensors (and optional string metadata) as safetensors bytes. Tensors are laid out in the
+ * order given; the header is padded with spaces to a multiple of 8 bytes, as the reference
+ * implementation does, so every tensor's bytes start 8-aligned when the tensors before it are.
+ *
+ * @param tensors The tensors by name: a Map or a plain object of {@linkcode SafetensorsInput}.
+ * @param metadata String-to-string metadata, stored under `__metadata__`.
+ * @returns The file's bytes.
+ *
+ * @example Usage
+ * ```ts
+ * import { writeSafetensors } from "@deltanet/kda/io";
+ * const bytes = writeSafetensors(
+ *   { w: { data: new Float64Array([1, 2, 3, 4]), shape: [2, 2], dtype: "BF16" } },
+ *   { format: "pt" },
+ * );
+ * ```
+ */
+export function writeSafetensors(
+  tensors: Map<string, SafetensorsInput> | Record<string, SafetensorsInput>,
+  metadata: Record<string, string> = {},
+): Uint8Array {
+  const list: [string, SafetensorsInput][] = tensors instanceof Map
+    ? [...tensors]
+    : typeof tensors === "object" && tensors !== null && !Array.isArray(tensors)
+    ? Object.entries(tensors)
+    : (() => {
+      throw new TypeError(`tensors must be a Map or an object: got ${typeName(tensors)}`);
+    })();
+  if (typeof metadata !== "object" || metadata === null || Array.isArray(metadata)) {
+    throw new TypeError(`metadata must be an object: got ${typeName(metadata)}`);
+  }
+  for (const [k, v] of Object.entries(metadata)) {
+    if (typeof v !== "string") {
+      throw new TypeError(`metadata["${k}"] must be a string: got ${typeName(v)}`);
+    }
+  }
+  const header: Record<string, unknown> = {};
+  if (Object.keys(metadata).length > 0) header[METADATA_KEY] = { ...metadata };
+  const plan: { t: SafetensorsInput; dtype: SafetensorsWriteDType; b: number }[] = [];
+  let offset = 0;
+  for (const [name, t] of list) {
+    if (typeof name !== "string" || name.length === 0 || name === METADATA_KEY) {
+      throw new TypeError(
+        `tensor names must be non-empty strings other than ${METADATA_KEY}: got ${
+          JSON.stringify(name)
+        }`,
+      );
+    }
+    const where = `tensors["${name}"]`;
+    if (typeof t !== "object" || t === null) {
+      throw new TypeError(`${where} must be an object: got ${typeName(t)}`);
+    }
+    const dtype = t.dtype ?? defaultDType(t.data, where);
+    defaultDType(t.data, where);
+    if (!WRITE_DTYPES.includes(dtype)) {
+      throw new TypeError(
+        `${where}.dtype must be one of ${WRITE_DTYPES.join(", ")}: got ${String(dtype)}`,
+      );
+    }
+    const isInt = t.data instanceof Int32Array;
+    if (isInt !== (dtype === "I32")) {
+      throw new TypeError(
+        `${where}.dtype must be ${
+          isInt ? "I32 for an Int32Array" : "a float type for float data"
+        }: ` +
+          `got ${dtype}`,
+      );
+    }
+    const shape = checkShape(where, t.shape);
+    const size = shape.reduce((a, d) => a * d, 1);
+    if (size !== t.data.length) {
+      throw new RangeError(
+        `${where}.data length must equal the size ${size} of shape [${
+          shape.join(", ")
+        }]: got ${t.data.length}`,
+      );
+    }
+    const bytes = size * BYTES[dtype];
+    header[name] = { dtype, shape: [...shape], data_offsets: [offset, offset + bytes] };
+    plan.push({ t, dtype, b: offset });
+    offset += bytes;
+  }
+  let json = new TextEncoder().encode(JSON.stringify(header));
+  const padded = Math.ceil(json.length / 8) * 8;
+  if (padded !== json.length) {
+    const p = new Uint8Array(padded).fill(0x20);
+    p.set(json);
+    json = p;
+  }
+  const out = new Uint8Array(8 + json.length + offset);
+  new DataView(out.buffer).setBigUint64(0, BigInt(json.length), true);
+  out.set(json, 8);
+  const base = 8 + json.length;
+  for (const { t, dtype, b } of plan) {
+    const len = t.data.length * BYTES[dtype];
+    encode(dtype, t.data, new DataView(out.buffer, base + b, len));
+  }
+  return out;
+}

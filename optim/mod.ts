@@ -1,0 +1,343 @@
+/**
+ * Optimizers over named parameters: {@linkcode Sgd} (with momentum and L2 weight decay) and
+ * {@linkcode AdamW} (decoupled weight decay, bias-corrected moments), following PyTorch's update
+ * equations. Parameters are the tape's {@linkcode Tensor}s, such as `KdaModule.parameters()`,
+ * updated in place; gradients are a map from the same names to arrays of the same lengths, such as
+ * the `grads` of `KdaModule.vjp`.
+ *
+ * @example Usage
+ * ```ts
+ * import { KdaModule } from "@deltanet/kda";
+ * import { AdamW } from "@deltanet/kda/optim";
+ * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
+ * const opt = new AdamW(layer.parameters(), { lr: 1e-3 });
+ * const x = new Float64Array(1 * 5 * 8).fill(0.1);
+ * const { grads } = await layer.vjp(x, [1, 5], x, { arm: "cpu" });
+ * opt.step(grads);
+ * ```
+ *
+ * @module
+ */
+
+import type { Tensor } from "../tape/mod.ts";
+
+/** A gradient array: one per parameter, of the parameter's length. */
+export type GradArray = Float64Array | Float32Array;
+
+/** What every optimizer here offers. */
+export interface Optimizer {
+  /** The learning rate; may be changed between steps (a schedule). */
+  lr: number;
+  /** The number of steps taken. */
+  readonly steps: number;
+  /** Updates every parameter in place from its gradient. */
+  step(grads: Map<string, GradArray>): void;
+}
+
+/** Options of {@linkcode Sgd}. */
+export interface SgdOptions {
+  /** Learning rate, finite and >= 0. */
+  lr: number;
+  /** Momentum in [0, 1) (default 0: plain gradient descent). Dampening is 0, not Nesterov. */
+  momentum?: number;
+  /** L2 penalty added to the gradient, `g + weightDecay · p` (default 0). */
+  weightDecay?: number;
+}
+
+/** Options of {@linkcode AdamW}. */
+export interface AdamWOptions {
+  /** Learning rate, finite and >= 0 (default 1e-3). */
+  lr?: number;
+  /** Decay rates of the first and second moments, each in [0, 1) (default [0.9, 0.999]). */
+  betas?: readonly [number, number];
+  /** Added to the denominator, finite and > 0 (default 1e-8). */
+  eps?: number;
+  /** Decoupled weight decay: `p ← p · (1 − lr · weightDecay)` before the step (default 1e-2). */
+  weightDecay?: number;
+}
+
+function typeName(x: unknown): string {
+  if (x === null) return "null";
+  if (Array.isArray(x)) return "Array";
+  if (typeof x !== "object") return typeof x;
+  return (x as object).constructor?.name ?? "object";
+}
+
+function checkRange(
+  name: string,
+  value: unknown,
+  lo: number,
+  hi: number,
+  hiOpen: boolean,
+  loOpen = false,
+): number {
+  const ok = typeof value === "number" && Number.isFinite(value) &&
+    (loOpen ? value > lo : value >= lo) && (hiOpen ? value < hi : value <= hi);
+  if (!ok) {
+    const range = `${loOpen ? "(" : "["}${lo}, ${hi === Infinity ? "∞" : hi}${hiOpen ? ")" : "]"}`;
+    throw new RangeError(`${name} must be a finite number in ${range}: got ${String(value)}`);
+  }
+  return value as number;
+}
+
+function checkKeys(name: string, value: object, known: readonly string[]): void {
+  for (const key of Object.keys(value)) {
+    if (!known.includes(key)) {
+      throw new TypeError(
+        `${name}.${key} is not a known field: expected one of ${known.join(", ")}`,
+      );
+    }
+  }
+}
+
+function checkParams(params: unknown): Map<string, Tensor> {
+  if (!(params instanceof Map)) {
+    throw new TypeError(`params must be a Map of name to Tensor: got ${typeName(params)}`);
+  }
+  if (params.size === 0) throw new RangeError(`params must hold at least one tensor: got 0`);
+  for (const [name, p] of params) {
+    const data = (p as Tensor | undefined)?.data;
+    if (!(data instanceof Float64Array || data instanceof Float32Array)) {
+      throw new TypeError(
+        `params "${String(name)}" must be a Tensor over a Float64Array or Float32Array: got ${
+          typeName(p)
+        }`,
+      );
+    }
+  }
+  return new Map(params);
+}
+
+/** Checks the gradients against the parameters: same names, same lengths, finite values. */
+function checkGrads(params: Map<string, Tensor>, grads: unknown): Map<string, GradArray> {
+  if (!(grads instanceof Map)) {
+    throw new TypeError(`grads must be a Map of name to gradient array: got ${typeName(grads)}`);
+  }
+  for (const name of grads.keys()) {
+    if (!params.has(name)) {
+      throw new RangeError(
+        `grads has a gradient for an unknown parameter: expected one of ${
+          [...params.keys()].join(", ")
+        }; got "${String(name)}"`,
+      );
+    }
+  }
+  for (const [name, p] of params) {
+    const g = grads.get(name);
+    if (g === undefined) {
+      throw new RangeError(
+        `grads must hold a gradient for every parameter: got none for "${name}"`,
+      );
+    }
+    if (!(g instanceof Float64Array || g instanceof Float32Array)) {
+      throw new TypeError(
+        `grads "${name}" must be a Float64Array or Float32Array: got ${typeName(g)}`,
+      );
+    }
+    if (g.length !== p.data.length) {
+      throw new RangeError(
+        `grads "${name}" must have ${p.data.length} elements like its parameter: got ${g.length}`,
+      );
+    }
+    for (let i = 0; i < g.length; i++) {
+      if (!Number.isFinite(g[i])) {
+        throw new RangeError(`grads "${name}" must be finite: got ${g[i]} at index ${i}`);
+      }
+    }
+  }
+  return grads as Map<string, GradArray>;
+}
+
+/**
+ * Stochastic gradient descent with momentum, as PyTorch's `torch.optim.SGD` with dampening 0 and
+ * nesterov false: `g ← grad + weightDecay · p`; with momentum, `buf ← g` at the first step and
+ * `buf ← momentum · buf + g` after, and `g ← buf`; then `p ← p − lr · g`. The momentum buffers are
+ * kept in f64.
+ *
+ * @example Usage
+ * ```ts
+ * import { Tensor } from "@deltanet/kda/tape";
+ * import { Sgd } from "@deltanet/kda/optim";
+ * const w = new Tensor(new Float64Array([1, 2]), [2]);
+ * const opt = new Sgd(new Map([["w", w]]), { lr: 0.1, momentum: 0.9 });
+ * opt.step(new Map([["w", new Float64Array([1, -1])]]));
+ * w.data; // Float64Array [0.9, 2.1]
+ * ```
+ */
+export class Sgd implements Optimizer {
+  #lr: number;
+  /** The momentum factor. */
+  readonly momentum: number;
+  /** The L2 penalty. */
+  readonly weightDecay: number;
+  readonly #params: Map<string, Tensor>;
+  readonly #buf = new Map<string, Float64Array>();
+  #steps = 0;
+
+  /**
+   * Makes the optimizer over a fixed set of named parameters.
+   *
+   * @param params The parameters by name (updated in place).
+   * @param options `lr`, `momentum`, `weightDecay`.
+   */
+  constructor(params: Map<string, Tensor>, options: SgdOptions) {
+    this.#params = checkParams(params);
+    if (typeof options !== "object" || options === null) {
+      throw new TypeError(`options must be an object: got ${typeName(options)}`);
+    }
+    checkKeys("options", options, ["lr", "momentum", "weightDecay"]);
+    this.#lr = checkRange("options.lr", options.lr, 0, Infinity, true);
+    this.momentum = checkRange("options.momentum", options.momentum ?? 0, 0, 1, true);
+    this.weightDecay = checkRange(
+      "options.weightDecay",
+      options.weightDecay ?? 0,
+      0,
+      Infinity,
+      true,
+    );
+  }
+
+  /** The learning rate, finite and >= 0. */
+  get lr(): number {
+    return this.#lr;
+  }
+  set lr(value: number) {
+    this.#lr = checkRange("lr", value, 0, Infinity, true);
+  }
+
+  /** The number of steps taken. */
+  get steps(): number {
+    return this.#steps;
+  }
+
+  /**
+   * One update of every parameter.
+   *
+   * @param grads A gradient for every parameter, by name, of the parameter's length.
+   */
+  step(grads: Map<string, GradArray>): void {
+    checkGrads(this.#params, grads);
+    const { momentum: mu, weightDecay: wd } = this;
+    const lr = this.#lr;
+    for (const [name, p] of this.#params) {
+      const g = grads.get(name)!, d = p.data;
+      let buf = this.#buf.get(name);
+      const first = buf === undefined;
+      if (mu !== 0 && buf === undefined) this.#buf.set(name, buf = new Float64Array(d.length));
+      for (let i = 0; i < d.length; i++) {
+        let gi = g[i] + wd * d[i];
+        if (buf !== undefined) gi = buf[i] = first ? gi : mu * buf[i] + gi;
+        d[i] = d[i] - lr * gi;
+      }
+    }
+    this.#steps++;
+  }
+}
+
+/**
+ * Adam with decoupled weight decay, as PyTorch's `torch.optim.AdamW` (amsgrad false): at step t,
+ * `p ← p · (1 − lr · weightDecay)`, `m ← β1 m + (1 − β1) g`, `v ← β2 v + (1 − β2) g²`, then
+ * `p ← p − (lr / (1 − β1^t)) · m / (√v / √(1 − β2^t) + eps)`. The moments are kept in f64.
+ *
+ * @example Usage
+ * ```ts
+ * import { Tensor } from "@deltanet/kda/tape";
+ * import { AdamW } from "@deltanet/kda/optim";
+ * const w = new Tensor(new Float64Array([1, 2]), [2]);
+ * const opt = new AdamW(new Map([["w", w]]), { lr: 0.1, weightDecay: 0 });
+ * opt.step(new Map([["w", new Float64Array([1, -1])]]));
+ * w.data; // about [0.9, 2.1]: the first Adam step moves each entry by lr
+ * ```
+ */
+export class AdamW implements Optimizer {
+  #lr: number;
+  /** The moment decay rates. */
+  readonly betas: readonly [number, number];
+  /** The denominator's guard. */
+  readonly eps: number;
+  /** The decoupled weight decay. */
+  readonly weightDecay: number;
+  readonly #params: Map<string, Tensor>;
+  readonly #m = new Map<string, Float64Array>();
+  readonly #v = new Map<string, Float64Array>();
+  #steps = 0;
+
+  /**
+   * Makes the optimizer over a fixed set of named parameters.
+   *
+   * @param params The parameters by name (updated in place).
+   * @param options `lr`, `betas`, `eps`, `weightDecay`.
+   */
+  constructor(params: Map<string, Tensor>, options: AdamWOptions = {}) {
+    this.#params = checkParams(params);
+    if (typeof options !== "object" || options === null) {
+      throw new TypeError(`options must be an object: got ${typeName(options)}`);
+    }
+    checkKeys("options", options, ["lr", "betas", "eps", "weightDecay"]);
+    this.#lr = checkRange("options.lr", options.lr ?? 1e-3, 0, Infinity, true);
+    const betas = options.betas ?? [0.9, 0.999];
+    if (!Array.isArray(betas) || betas.length !== 2) {
+      throw new TypeError(
+        `options.betas must be a pair [beta1, beta2]: got ${
+          Array.isArray(betas) ? `${betas.length} numbers` : typeName(betas)
+        }`,
+      );
+    }
+    this.betas = Object.freeze([
+      checkRange("options.betas[0]", betas[0], 0, 1, true),
+      checkRange("options.betas[1]", betas[1], 0, 1, true),
+    ]) as readonly [number, number];
+    this.eps = checkRange("options.eps", options.eps ?? 1e-8, 0, Infinity, true, true);
+    this.weightDecay = checkRange(
+      "options.weightDecay",
+      options.weightDecay ?? 1e-2,
+      0,
+      Infinity,
+      true,
+    );
+  }
+
+  /** The learning rate, finite and >= 0. */
+  get lr(): number {
+    return this.#lr;
+  }
+  set lr(value: number) {
+    this.#lr = checkRange("lr", value, 0, Infinity, true);
+  }
+
+  /** The number of steps taken. */
+  get steps(): number {
+    return this.#steps;
+  }
+
+  /**
+   * One update of every parameter.
+   *
+   * @param grads A gradient for every parameter, by name, of the parameter's length.
+   */
+  step(grads: Map<string, GradArray>): void {
+    checkGrads(this.#params, grads);
+    const t = this.#steps + 1;
+    const [b1, b2] = this.betas;
+    const lr = this.#lr, eps = this.eps;
+    const decay = 1 - lr * this.weightDecay;
+    const stepSize = lr / (1 - b1 ** t);
+    const bc2Sqrt = Math.sqrt(1 - b2 ** t);
+    for (const [name, p] of this.#params) {
+      const g = grads.get(name)!, d = p.data;
+      let m = this.#m.get(name), v = this.#v.get(name);
+      if (m === undefined || v === undefined) {
+        this.#m.set(name, m = new Float64Array(d.length));
+        this.#v.set(name, v = new Float64Array(d.length));
+      }
+      for (let i = 0; i < d.length; i++) {
+        const gi = g[i];
+        m[i] = b1 * m[i] + (1 - b1) * gi;
+        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+        const denom = Math.sqrt(v[i]) / bc2Sqrt + eps;
+        d[i] = d[i] * decay - stepSize * (m[i] / denom);
+      }
+    }
+    this.#steps = t;
+  }
+}
