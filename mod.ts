@@ -31,7 +31,9 @@ export type {
   KdaCotangents,
   KdaDims,
   KdaGrads,
+  KdaLayout,
   KdaOutputs,
+  PublicFloat,
 } from "./kda/_types.ts";
 export { DEFAULT_CONFIG, type KdaConfig } from "./kda/config.ts";
 export {
@@ -66,5 +68,6 @@ export {
   TRITON_NAME_MAP,
   type TritonNameMapping,
 } from "./kda/state_dict.ts";
+export { kdaStep, type KdaStepOptions, type KdaStepResult, type KdaStepToken } from "./kda/step.ts";
 export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
 export { type Tensor } from "./tape/mod.ts";

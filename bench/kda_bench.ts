@@ -4,6 +4,7 @@
 import { type KdaInputs, KdaModule, kdaVjp } from "../mod.ts";
 import { mulberry32, normal } from "../kda/_random.ts";
 import { gpuStatus } from "../kda/gpu.ts";
+import { kdaStep } from "../kda/step.ts";
 
 function inputs(B: number, T: number, H: number, K: number, V: number, f32 = false): KdaInputs {
   const gauss = normal(mulberry32(1234));
@@ -96,3 +97,47 @@ for (const arm of ["ops", "cpu"] as const) {
     },
   });
 }
+
+// Decode: one kdaStep call is one token for each of the B = 2 sequences, so the time per
+// iteration is the time per token. The gpu arm has no decode kernel: it runs the chunked forward
+// with T = 1 and uploads and reads back the state every step (kda/step.ts).
+function stepArgs(f32: boolean) {
+  const [B, H, K, V] = [2, 2, 32, 32];
+  const x = inputs(B, 1, H, K, V, f32);
+  const state = f32 ? new Float32Array(B * H * K * V) : new Float64Array(B * H * K * V);
+  for (let i = 0; i < state.length; i++) state[i] = 0.1 * Math.sin(i);
+  const { q, k, v, g, beta } = x;
+  return { state, token: { B, H, K, V, q, k, v, g, beta } };
+}
+const decode64 = stepArgs(false), decode32 = stepArgs(true);
+const decodeGroup = "kdaStep: ms per token (B=2 sequences, H=2, K=V=32)";
+Deno.bench({
+  name: "decode step, ops arm, f64",
+  group: decodeGroup,
+  baseline: true,
+  async fn() {
+    await kdaStep(decode64.state, decode64.token, { arm: "ops" });
+  },
+});
+Deno.bench({
+  name: "decode step, cpu arm, f64",
+  group: decodeGroup,
+  async fn() {
+    await kdaStep(decode64.state, decode64.token, { arm: "cpu" });
+  },
+});
+Deno.bench({
+  name: "decode step, cpu arm, f32",
+  group: decodeGroup,
+  async fn() {
+    await kdaStep(decode32.state, decode32.token, { arm: "cpu" });
+  },
+});
+Deno.bench({
+  name: "decode step, gpu arm, f32",
+  group: decodeGroup,
+  ignore: !gpu.available,
+  async fn() {
+    await kdaStep(decode32.state, decode32.token, { arm: "gpu", strict: true });
+  },
+});

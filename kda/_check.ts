@@ -110,10 +110,74 @@ export function checkFloatArray(
 export function dtypeOfArray(name: string, x: unknown): DType {
   if (x instanceof Float64Array) return "f64";
   if (x instanceof Float32Array) return "f32";
-  throw new TypeError(`${name} must be a Float64Array or Float32Array: got ${typeName(x)}`);
+  const types = typeof Float16Array === "undefined"
+    ? "Float64Array or Float32Array"
+    : "Float64Array, Float32Array or Float16Array";
+  throw new TypeError(`${name} must be a ${types}: got ${typeName(x)}`);
 }
 
-const INPUT_KEYS = ["B", "T", "H", "K", "V", "q", "k", "v", "g", "beta", "h0", "scale"] as const;
+const INPUT_KEYS = [
+  "B",
+  "T",
+  "H",
+  "K",
+  "V",
+  "HV",
+  "cuSeqlens",
+  "q",
+  "k",
+  "v",
+  "g",
+  "beta",
+  "h0",
+  "scale",
+] as const;
+
+/**
+ * Checks the offsets of a packed batch (docs/kda.md 2.6): an Int32Array of N + 1 ≥ 2 offsets that
+ * starts at 0, strictly increases and ends at T, with B = 1.
+ *
+ * @param value What the caller passed as `inputs.cuSeqlens`.
+ * @param B The batch size (must be 1).
+ * @param T The packed tokens.
+ * @returns The offsets, typed.
+ *
+ * @example
+ * ```ts
+ * import { checkCuSeqlens } from "./_check.ts";
+ * checkCuSeqlens(new Int32Array([0, 3, 7]), 1, 7); // ok; [0, 3, 3, 7] throws a RangeError
+ * ```
+ */
+export function checkCuSeqlens(value: unknown, B: number, T: number): Int32Array {
+  if (!(value instanceof Int32Array)) {
+    throw new TypeError(`inputs.cuSeqlens must be an Int32Array: got ${typeName(value)}`);
+  }
+  if (value.length < 2) {
+    throw new RangeError(
+      `inputs.cuSeqlens must hold at least 2 offsets (N + 1 for N sequences): got ${value.length}`,
+    );
+  }
+  if (B !== 1) {
+    throw new RangeError(
+      `inputs.B must be 1 with inputs.cuSeqlens (the sequences are packed along T): got ${B}`,
+    );
+  }
+  if (value[0] !== 0) throw new RangeError(`inputs.cuSeqlens must start at 0: got ${value[0]}`);
+  for (let i = 1; i < value.length; i++) {
+    if (!(value[i] > value[i - 1])) {
+      throw new RangeError(
+        `inputs.cuSeqlens must strictly increase: got ${value[i]} after ${
+          value[i - 1]
+        } at index ${i}`,
+      );
+    }
+  }
+  const last = value[value.length - 1];
+  if (last !== T) {
+    throw new RangeError(`inputs.cuSeqlens must end at inputs.T = ${T}: got ${last}`);
+  }
+  return value;
+}
 
 /**
  * Validates the raw inputs of the op once, at the public boundary.
@@ -129,19 +193,29 @@ export function checkKdaInputs(inputs: unknown): { problem: KdaProblem; dtype: D
   const H = checkPositiveInt("inputs.H", x.H);
   const K = checkPositiveInt("inputs.K", x.K);
   const V = checkPositiveInt("inputs.V", x.V);
+  // Grouped value heads (docs/kda.md 2.5): v, g, beta, h0 carry HV heads, q and k carry H.
+  const HV = x.HV === undefined ? H : checkPositiveInt("inputs.HV", x.HV);
+  if (HV % H !== 0) {
+    throw new RangeError(`inputs.HV must be a multiple of inputs.H = ${H}: got ${HV}`);
+  }
+  const cuSeqlens = x.cuSeqlens === undefined ? undefined : checkCuSeqlens(x.cuSeqlens, B, T);
+  const N = cuSeqlens === undefined ? B : cuSeqlens.length - 1;
+  const hv = x.HV === undefined ? "H" : "HV", n = cuSeqlens === undefined ? "B" : "N";
   const dtype = dtypeOfArray("inputs.q", x.q);
   checkFloatArray("inputs.q", x.q, B * T * H * K, dtype, "[B, T, H, K]");
   checkFloatArray("inputs.k", x.k, B * T * H * K, dtype, "[B, T, H, K]");
-  checkFloatArray("inputs.v", x.v, B * T * H * V, dtype, "[B, T, H, V]");
-  checkFloatArray("inputs.g", x.g, B * T * H * K, dtype, "[B, T, H, K]");
+  checkFloatArray("inputs.v", x.v, B * T * HV * V, dtype, `[B, T, ${hv}, V]`);
+  checkFloatArray("inputs.g", x.g, B * T * HV * K, dtype, `[B, T, ${hv}, K]`);
   const g = x.g;
   for (let i = 0; i < g.length; i++) {
     if (g[i] > 0) {
       throw new RangeError(`inputs.g must be <= 0 (a log decay): got ${g[i]} at index ${i}`);
     }
   }
-  checkFloatArray("inputs.beta", x.beta, B * T * H, dtype, "[B, T, H]");
-  if (x.h0 !== undefined) checkFloatArray("inputs.h0", x.h0, B * H * K * V, dtype, "[B, H, K, V]");
+  checkFloatArray("inputs.beta", x.beta, B * T * HV, dtype, `[B, T, ${hv}]`);
+  if (x.h0 !== undefined) {
+    checkFloatArray("inputs.h0", x.h0, N * HV * K * V, dtype, `[${n}, ${hv}, K, V]`);
+  }
   const scale = x.scale === undefined ? K ** -0.5 : x.scale;
   if (typeof scale !== "number" || !Number.isFinite(scale)) {
     throw new RangeError(`inputs.scale must be a finite number: got ${String(scale)}`);
@@ -159,6 +233,8 @@ export function checkKdaInputs(inputs: unknown): { problem: KdaProblem; dtype: D
     beta: x.beta,
     scale,
     ...(x.h0 !== undefined ? { h0: x.h0 as Float } : {}),
+    ...(HV !== H ? { HV } : {}),
+    ...(cuSeqlens !== undefined ? { cuSeqlens } : {}),
   };
   return { problem, dtype };
 }
@@ -178,10 +254,13 @@ export function checkKdaCotangents(
 ): KdaCotangents {
   const c = checkObject("cotangents", cotangents);
   checkKnownKeys("cotangents", c, ["dout", "dht"]);
-  const { B, T, H, K, V } = problem;
-  checkFloatArray("cotangents.dout", c.dout, B * T * H * V, dtype, "[B, T, H, V]");
+  const { B, T, K, V } = problem;
+  const HV = problem.HV ?? problem.H;
+  const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
+  const hv = problem.HV === undefined ? "H" : "HV", n = problem.cuSeqlens === undefined ? "B" : "N";
+  checkFloatArray("cotangents.dout", c.dout, B * T * HV * V, dtype, `[B, T, ${hv}, V]`);
   if (c.dht !== undefined) {
-    checkFloatArray("cotangents.dht", c.dht, B * H * K * V, dtype, "[B, H, K, V]");
+    checkFloatArray("cotangents.dht", c.dht, N * HV * K * V, dtype, `[${n}, ${hv}, K, V]`);
   }
   return { dout: c.dout, ...(c.dht !== undefined ? { dht: c.dht as Float } : {}) };
 }
@@ -218,4 +297,94 @@ export function checkKdaOptions(options: unknown, defaultChunkSize: ChunkSize): 
 export function headDimProblem(K: number, V: number, arm: string): string | null {
   if (K <= MAX_HEAD_DIM && V <= MAX_HEAD_DIM) return null;
   return `K = ${K} and V = ${V} must be at most ${MAX_HEAD_DIM} on the ${arm} arm`;
+}
+
+const TOKEN_KEYS = ["B", "H", "K", "V", "HV", "q", "k", "v", "g", "beta", "scale"] as const;
+
+/**
+ * Validates one decode step (docs/kda.md 2.7) once, at the public boundary: one token per
+ * sequence, q, k [B, H, K], v [B, HV, V], g [B, HV, K], beta [B, HV], and the state [B, HV, K, V].
+ *
+ * @param state What the caller passed as the state.
+ * @param token What the caller passed as the token.
+ * @returns The problem with T = 1 and h0 = state (its HV set when it differs from H), and its
+ *   dtype.
+ *
+ * @example
+ * ```ts
+ * import { checkKdaStep } from "./_check.ts";
+ * const f = (n: number) => new Float64Array(n);
+ * const { problem } = checkKdaStep(f(4), {
+ *   B: 1, H: 1, K: 2, V: 2, q: f(2), k: f(2), v: f(2), g: f(2), beta: f(1),
+ * });
+ * console.log(problem.T); // 1
+ * ```
+ */
+export function checkKdaStep(
+  state: unknown,
+  token: unknown,
+): { problem: KdaProblem; dtype: DType } {
+  const x = checkObject("token", token);
+  checkKnownKeys("token", x, TOKEN_KEYS);
+  const B = checkPositiveInt("token.B", x.B);
+  const H = checkPositiveInt("token.H", x.H);
+  const K = checkPositiveInt("token.K", x.K);
+  const V = checkPositiveInt("token.V", x.V);
+  const HV = x.HV === undefined ? H : checkPositiveInt("token.HV", x.HV);
+  if (HV % H !== 0) {
+    throw new RangeError(`token.HV must be a multiple of token.H = ${H}: got ${HV}`);
+  }
+  const hv = x.HV === undefined ? "H" : "HV";
+  const dtype = dtypeOfArray("token.q", x.q);
+  checkFloatArray("token.q", x.q, B * H * K, dtype, "[B, H, K]");
+  checkFloatArray("token.k", x.k, B * H * K, dtype, "[B, H, K]");
+  checkFloatArray("token.v", x.v, B * HV * V, dtype, `[B, ${hv}, V]`);
+  checkFloatArray("token.g", x.g, B * HV * K, dtype, `[B, ${hv}, K]`);
+  const g = x.g;
+  for (let i = 0; i < g.length; i++) {
+    if (g[i] > 0) {
+      throw new RangeError(`token.g must be <= 0 (a log decay): got ${g[i]} at index ${i}`);
+    }
+  }
+  checkFloatArray("token.beta", x.beta, B * HV, dtype, `[B, ${hv}]`);
+  checkFloatArray("state", state, B * HV * K * V, dtype, `[B, ${hv}, K, V]`);
+  const scale = x.scale === undefined ? K ** -0.5 : x.scale;
+  if (typeof scale !== "number" || !Number.isFinite(scale)) {
+    throw new RangeError(`token.scale must be a finite number: got ${String(scale)}`);
+  }
+  const problem: KdaProblem = {
+    B,
+    T: 1,
+    H,
+    K,
+    V,
+    q: x.q,
+    k: x.k,
+    v: x.v,
+    g,
+    beta: x.beta,
+    h0: state,
+    scale,
+    ...(HV !== H ? { HV } : {}),
+  };
+  return { problem, dtype };
+}
+
+/**
+ * Validates the options of `kdaStep`: those of `kda` without `chunkSize` (a step has one token).
+ *
+ * @param options What the caller passed.
+ * @returns The options.
+ *
+ * @example
+ * ```ts
+ * import { checkStepOptions } from "./_check.ts";
+ * checkStepOptions({ arm: "cpu" }); // { arm: "cpu", strict: undefined, quiet: undefined }
+ * ```
+ */
+export function checkStepOptions(options: unknown): Omit<CheckedOptions, "chunkSize"> {
+  const o = checkObject("options", options);
+  checkKnownKeys("options", o, ["arm", "strict", "quiet"]);
+  const { chunkSize: _, ...rest } = checkKdaOptions(o, 16);
+  return rest;
 }

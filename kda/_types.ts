@@ -1,9 +1,18 @@
 // The one home of the KDA op's shapes and arrays, shared by the three arms, the seam adapter and
 // the layer. Layouts are row-major (docs/kda.md 2.1):
 //   q, k, g: [B, T, H, K]   v, o: [B, T, H, V]   beta: [B, T, H]   h0, ht: [B, H, K, V]
+// With grouped value heads (HV value heads, docs/kda.md 2.5) v, g, beta, h0, ht and o carry HV
+// heads instead of H; with a packed batch (cuSeqlens, docs/kda.md 2.6) B is 1 and h0, ht are
+// [N, HV, K, V], one state per sequence.
 
 /** A typed array of either supported precision. */
 export type Float = Float64Array | Float32Array;
+
+/**
+ * A typed array the public op accepts: either compute precision, or half precision (Float16Array,
+ * computed in f32 and returned as Float16Array) where the runtime has it.
+ */
+export type PublicFloat = Float | Float16Array;
 
 /** The element type of a call: every array of one call has the same. */
 export type DType = "f64" | "f32";
@@ -53,8 +62,22 @@ export interface KdaArrays<A> {
   h0?: A;
 }
 
+/** The optional layout fields of a call: grouped value heads and a packed batch. */
+export interface KdaLayout {
+  /**
+   * Value heads (docs/kda.md 2.5), a multiple of H; default H. Value head j reads query/key head
+   * floor(j / (HV / H)).
+   */
+  HV?: number;
+  /**
+   * Offsets of N packed sequences into the T tokens of one batch row (docs/kda.md 2.6): N + 1
+   * strictly increasing entries from 0 to T, with B = 1. h0 and ht are then [N, HV, K, V].
+   */
+  cuSeqlens?: Int32Array;
+}
+
 /** One validated call of the op as the arms see it: dimensions, arrays and the resolved scale. */
-export interface KdaProblem<A = Float> extends KdaDims, KdaArrays<A> {
+export interface KdaProblem<A = Float> extends KdaDims, KdaArrays<A>, KdaLayout {
   /** Query scale, resolved (K^(-1/2) unless the caller gave one). */
   scale: number;
 }

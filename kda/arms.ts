@@ -1,8 +1,20 @@
 // The KDA op's three arms, handed to one generic seam: `ops` records the plain recurrence on the
 // tape, `cpu` and `gpu` are fused custom nodes with hand-written chunked backwards. Every input
-// reaching here has been checked once at the public boundary (kda/_check.ts).
+// reaching here has been checked once at the public boundary (kda/_check.ts). Grouped value heads
+// are expanded here, before the seam, so no arm sees HV ≠ H (docs/kda.md 2.5); a packed batch
+// (cuSeqlens, docs/kda.md 2.6) reaches every arm, and each handles it natively or by padding.
 
-import { alloc, type Data, type DType, type Tensor } from "../tape/mod.ts";
+import {
+  alloc,
+  concat,
+  constant,
+  type Data,
+  type DType,
+  mul,
+  reshape,
+  slice,
+  type Tensor,
+} from "../tape/mod.ts";
 import {
   type CompositeArm,
   type DispatchOptions,
@@ -10,18 +22,26 @@ import {
   Seam,
   type SeamPolicy,
 } from "../seam/seam.ts";
-import type { Arm, ChunkSize, Float, KdaDims, KdaProblem } from "./_types.ts";
+import type { Arm, ChunkSize, Float, KdaDims, KdaLayout, KdaProblem } from "./_types.ts";
 import { headDimProblem } from "./_check.ts";
 import { recurrentKda } from "./recurrent.ts";
 import { chunkBackward, chunkForward } from "./chunk.ts";
 import { gpuBackward, gpuForward, type GpuSaved, gpuStatus, gpuUnsupportedReason } from "./gpu.ts";
+import { longestSequence, padProblem, padRows, unpadRows } from "./varlen.ts";
+import { stepForward } from "./_step_math.ts";
 
-/** What the seam is told about one KDA call. */
-export interface KdaRequest extends KdaDims {
+/**
+ * What the seam is told about one KDA call. `HV` (value heads, default H) and `cuSeqlens` (a
+ * packed batch) are optional; `step` marks a one-token decode step (T = 1), which the cpu arm runs
+ * as the plain recurrence on the host.
+ */
+export interface KdaRequest extends KdaDims, KdaLayout {
   /** The resolved query scale. */
   scale: number;
   /** Chunk size of the chunked arms. */
   chunkSize: ChunkSize;
+  /** A decode step (docs/kda.md 2.7): T = 1, inference only. */
+  step?: boolean;
 }
 
 /** The op's inputs in the order the arms take them. */
@@ -29,8 +49,27 @@ export type KdaInputList<A> = [A, A, A, A, A, A | undefined];
 
 function problemOf(request: KdaRequest, inputs: readonly (Data | undefined)[]): KdaProblem {
   const [q, k, v, g, beta, h0] = inputs as (Float | undefined)[];
-  const { B, T, H, K, V, scale } = request;
-  return { B, T, H, K, V, scale, q: q!, k: k!, v: v!, g: g!, beta: beta!, ...(h0 ? { h0 } : {}) };
+  const { B, T, H, K, V, scale, cuSeqlens } = request;
+  return {
+    B,
+    T,
+    H,
+    K,
+    V,
+    scale,
+    q: q!,
+    k: k!,
+    v: v!,
+    g: g!,
+    beta: beta!,
+    ...(h0 ? { h0 } : {}),
+    ...(cuSeqlens ? { cuSeqlens } : {}),
+  };
+}
+
+/** Sequences of a packed call (N), else the batch (B): the leading axis of h0 and ht. */
+function statesOf(request: KdaRequest): number {
+  return request.cuSeqlens === undefined ? request.B : request.cuSeqlens.length - 1;
 }
 
 /** dq..dbeta, and dh0 only where h0 was an input. */
@@ -46,12 +85,37 @@ const opsArm: CompositeArm<KdaRequest> = {
   kind: "composite",
   whyNot: () => null,
   record(request, [q, k, v, g, beta, h0]) {
-    const { o, ht } = recurrentKda(
-      { q: q!, k: k!, v: v!, g: g!, beta: beta!, h0 },
-      request,
-      request.scale,
-    );
-    return [o, ht];
+    const cu = request.cuSeqlens;
+    if (cu === undefined) {
+      const { o, ht } = recurrentKda(
+        { q: q!, k: k!, v: v!, g: g!, beta: beta!, h0 },
+        request,
+        request.scale,
+      );
+      return [o, ht];
+    }
+    // A packed batch: the recurrence of each sequence on its own slice of the tokens and its own
+    // initial state (docs/kda.md 2.6).
+    const os: Tensor[] = [], hts: Tensor[] = [];
+    for (let i = 0; i + 1 < cu.length; i++) {
+      const tokens = { start: cu[i], end: cu[i + 1] };
+      const cut = (t: Tensor) => slice(t, 1, tokens);
+      const { o, ht } = recurrentKda(
+        {
+          q: cut(q!),
+          k: cut(k!),
+          v: cut(v!),
+          g: cut(g!),
+          beta: cut(beta!),
+          h0: h0 === undefined ? undefined : slice(h0, 0, { start: i, end: i + 1 }),
+        },
+        { ...request, B: 1, T: cu[i + 1] - cu[i] },
+        request.scale,
+      );
+      os.push(o);
+      hts.push(ht);
+    }
+    return [concat(os, 1), concat(hts, 0)];
   },
 };
 
@@ -67,6 +131,11 @@ const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
   whyNot: (request) => headDimProblem(request.K, request.V, "cpu"),
   forward(request, inputs, save) {
     const problem = problemOf(request, inputs);
+    if (request.step === true && !save) {
+      // A decode step: the recurrence of docs/kda.md 2.1 for one token, no chunk scratch.
+      const { o, ht } = stepForward(problem);
+      return { outputs: [o, ht] };
+    }
     const { chunkSize } = request;
     const { o, ht, states } = chunkForward(problem, { chunkSize, saveStates: save });
     return { outputs: [o, ht], saved: save ? { problem, states: states!, chunkSize } : undefined };
@@ -94,6 +163,15 @@ interface GpuNodeSaved {
   handle: GpuSaved;
   outputLength: number;
   hasH0: boolean;
+  /** The packed layout the gpu arm ran padded, with its padded length. */
+  packed?: { cuSeqlens: Int32Array; Tmax: number; H: number; K: number; V: number };
+}
+
+/** The gpu arm's dimensions: a packed batch runs padded to [N, Tmax] (see padProblem). */
+function gpuDims(request: KdaRequest): KdaRequest {
+  const cu = request.cuSeqlens;
+  if (cu === undefined) return request;
+  return { ...request, B: cu.length - 1, T: longestSequence(cu), cuSeqlens: undefined };
 }
 
 const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
@@ -105,27 +183,56 @@ const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
     if (dtype !== "f32") return "the gpu arm runs f32 only: got an f64 tape";
     const status = await gpuStatus();
     if (!status.available) return `the gpu arm is unavailable: ${status.reason}`;
-    return gpuUnsupportedReason(request, request.chunkSize);
+    const { cuSeqlens: _, ...dimsOnGpu } = gpuDims(request);
+    return gpuUnsupportedReason(dimsOnGpu, request.chunkSize);
   },
   async forward(request, inputs, save) {
-    const problem = problemOf(request, inputs) as KdaProblem<Float32Array>;
+    // The kernels know no packed layout, so a packed batch runs as a padded [N, Tmax] batch whose
+    // pad rows leave every state and real output unchanged (docs/kda.md 2.6, padProblem).
+    const packed = problemOf(request, inputs) as KdaProblem<Float32Array>;
+    const cu = packed.cuSeqlens;
+    const { problem, Tmax } = cu === undefined
+      ? { problem: packed, Tmax: packed.T }
+      : padProblem(packed) as { problem: KdaProblem<Float32Array>; Tmax: number };
     const { o, ht, saved } = await gpuForward(problem, {
       chunkSize: request.chunkSize,
       saveForBackward: save,
     });
+    const { H, K, V } = request;
     return {
-      outputs: [o, ht],
-      saved: saved === undefined
-        ? undefined
-        : { handle: saved, outputLength: o.length, hasH0: problem.h0 !== undefined },
+      outputs: [cu === undefined ? o : unpadRows(o, cu, Tmax, H * V), ht],
+      saved: saved === undefined ? undefined : {
+        handle: saved,
+        outputLength: o.length,
+        hasH0: problem.h0 !== undefined,
+        ...(cu === undefined ? {} : { packed: { cuSeqlens: cu, Tmax, H, K, V } }),
+      },
     };
   },
-  async backward({ handle, outputLength, hasH0 }, [dout, dht]) {
+  async backward({ handle, outputLength, hasH0, packed }, [dout, dht]) {
+    let dPadded = (dout ?? undefined) as Float32Array | undefined;
+    if (packed !== undefined && dPadded !== undefined) {
+      dPadded = padRows(
+        dPadded,
+        packed.cuSeqlens,
+        packed.Tmax,
+        packed.H * packed.V,
+      ) as Float32Array;
+    }
     const grads = await gpuBackward(handle, {
-      dout: (dout ?? new Float32Array(outputLength)) as Float32Array,
+      dout: dPadded ?? new Float32Array(outputLength),
       ...(dht ? { dht: dht as Float32Array } : {}),
     });
-    return gradList(grads, hasH0);
+    if (packed === undefined) return gradList(grads, hasH0);
+    const { cuSeqlens: cu, Tmax, H, K, V } = packed;
+    return gradList({
+      dq: unpadRows(grads.dq, cu, Tmax, H * K),
+      dk: unpadRows(grads.dk, cu, Tmax, H * K),
+      dv: unpadRows(grads.dv, cu, Tmax, H * V),
+      dg: unpadRows(grads.dg, cu, Tmax, H * K),
+      dbeta: unpadRows(grads.dbeta, cu, Tmax, H),
+      dh0: grads.dh0,
+    }, hasH0);
   },
   release({ handle }) {
     if (!handle.released) handle.release();
@@ -148,7 +255,7 @@ const policy: SeamPolicy<KdaRequest> = {
     }
     return { arm: "gpu", note: null };
   },
-  outputShapes: ({ B, T, H, K, V }) => [[B, T, H, V], [B, H, K, V]],
+  outputShapes: (r) => [[r.B, r.T, r.H, r.V], [statesOf(r), r.H, r.K, r.V]],
   env: { force: "KDA_ARM", require: "KDA_REQUIRE_ARM", quiet: "KDA_QUIET" },
 };
 
@@ -156,21 +263,62 @@ const policy: SeamPolicy<KdaRequest> = {
 export const kdaSeam: Seam<KdaRequest> = new Seam(policy);
 
 /**
+ * Repeats each of H heads G times along the head axis of a [B, T, H, K] tensor, as a broadcasting
+ * product with ones: head j of the result is head floor(j / G) (docs/kda.md 2.5). The tape's VJP
+ * of the product sums the gradient of each group, in one fixed order.
+ */
+function repeatHeads(x: Tensor, G: number): Tensor {
+  const [B, T, H, K] = x.shape;
+  const ones = constant(x.dtype, new Float64Array(G).fill(1), [G, 1]);
+  return reshape(mul(reshape(x, [B, T, H, 1, K]), ones), [B, T, H * G, K]);
+}
+
+/**
  * Runs the op through the seam on tape tensors.
  *
- * @param x The inputs as tensors of one dtype (h0 optional).
- * @param request Dimensions, resolved scale and chunk size (already validated).
+ * @param x The inputs as tensors of one dtype (h0 optional): q, k [B,T,H,K], v [B,T,HV,V],
+ *   g [B,T,HV,K], beta [B,T,HV], h0 [N,HV,K,V] (N = B unless packed).
+ * @param request Dimensions, resolved scale and chunk size (already validated); optional `HV`
+ *   (grouped value heads) and `cuSeqlens` (a packed batch).
  * @param options Arm, strictness, quietness, falsification switch and test hooks.
- * @returns `o` [B,T,H,V], `ht` [B,H,K,V] and the arm that ran.
+ * @returns `o` [B,T,HV,V], `ht` [N,HV,K,V] and the arm that ran.
+ *
+ * @example Usage
+ * ```ts
+ * import { runKda } from "./arms.ts";
+ * import { Tensor } from "../tape/mod.ts";
+ * const t = (n: number, v: number, shape: number[]) =>
+ *   new Tensor(new Float64Array(n).fill(v), shape);
+ * const { o } = await runKda(
+ *   {
+ *     q: t(4, 0.5, [1, 2, 1, 2]),
+ *     k: t(4, 0.5, [1, 2, 1, 2]),
+ *     v: t(8, 1, [1, 2, 2, 2]),
+ *     g: t(8, -0.1, [1, 2, 2, 2]),
+ *     beta: t(4, 0.5, [1, 2, 2]),
+ *   },
+ *   { B: 1, T: 2, H: 1, HV: 2, K: 2, V: 2, scale: 0.7, chunkSize: 16 },
+ *   { arm: "cpu" },
+ * );
+ * console.log(o.shape); // [1, 2, 2, 2]
+ * ```
  */
 export async function runKda(
   x: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor; h0?: Tensor },
   request: KdaRequest,
   options: DispatchOptions,
 ): Promise<{ o: Tensor; ht: Tensor; arm: Arm }> {
+  let { q, k } = x;
+  const HV = request.HV ?? request.H;
+  if (HV !== request.H) {
+    // Grouped value heads, before the seam: every arm then sees HV query/key heads.
+    q = repeatHeads(q, HV / request.H);
+    k = repeatHeads(k, HV / request.H);
+  }
+  const { HV: _, ...rest } = request;
   const { outputs: [o, ht], arm } = await kdaSeam.dispatch(
-    [x.q, x.k, x.v, x.g, x.beta, x.h0],
-    request,
+    [q, k, x.v, x.g, x.beta, x.h0],
+    { ...rest, H: HV },
     options,
   );
   return { o, ht, arm: arm as Arm };

@@ -30,6 +30,7 @@
 import type { ChunkSize, Float, KdaCotangents, KdaGrads, KdaProblem } from "./_types.ts";
 import { matmulAdd } from "./_matmul.ts";
 import { ChunkAdjoints, ChunkWork } from "./_chunk_work.ts";
+import { type Sequences, sequencesOf } from "./varlen.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Internal assertions: the public boundary (kda/_check.ts) has validated everything already
@@ -45,20 +46,46 @@ function assertProblem(x: KdaProblem, C: number): void {
   const { B, T, H, K, V } = x;
   assert(C === 16 || C === 32 || C === 64, `a chunk size of 16, 32 or 64, got ${C}`);
   const ntk = B * T * H * K;
+  const N = x.cuSeqlens === undefined ? B : x.cuSeqlens.length - 1;
   assert(
     x.q.length === ntk && x.k.length === ntk && x.g.length === ntk &&
       x.v.length === B * T * H * V && x.beta.length === B * T * H &&
-      (x.h0 === undefined || x.h0.length === B * H * K * V),
-    "arrays of the lengths given by B, T, H, K and V",
+      (x.h0 === undefined || x.h0.length === N * H * K * V),
+    "arrays of the lengths given by B, T, H, K, V and the sequences",
+  );
+  assert(x.HV === undefined || x.HV === H, "value heads expanded before the arm (HV = H)");
+  const cu = x.cuSeqlens;
+  assert(
+    cu === undefined || (B === 1 && cu.length >= 2 && cu[0] === 0 && cu[cu.length - 1] === T),
+    "cuSeqlens from 0 to T with B = 1",
   );
 }
 
-/** Points the scratch at chunk c of head (b, h): its valid rows and where its tokens lie. */
-function enterChunk(x: KdaProblem, b: number, h: number, c: number, w: ChunkWork): void {
+/**
+ * Points the scratch at chunk c of head h of sequence i: its valid rows and where its tokens lie.
+ * Chunks restart at every sequence start, so none crosses a sequence boundary (docs/kda.md 2.6).
+ */
+function enterChunk(
+  x: KdaProblem,
+  seqs: Sequences,
+  i: number,
+  h: number,
+  c: number,
+  w: ChunkWork,
+): void {
   const t0 = c * w.C;
-  w.n = Math.min(w.C, x.T - t0);
-  w.token0 = (b * x.T + t0) * x.H + h;
+  w.n = Math.min(w.C, seqs.length[i] - t0);
+  w.token0 = (seqs.start[i] + t0) * x.H + h;
   w.tokenStride = x.H;
+}
+
+/**
+ * Offset of the chunk-start state of chunk c of head h of sequence i in the saved states: each
+ * sequence's block is [H, NCᵢ, K, V], so a regular batch keeps its [B, H, NC, K, V] layout.
+ */
+function stateIndex(seqs: Sequences, i: number, h: number, c: number, w: ChunkWork, H: number) {
+  const NC = Math.ceil(seqs.length[i] / w.C);
+  return (seqs.chunk0[i] * H + h * NC + c) * w.K * w.V;
 }
 
 /** A zeroed array of `length` elements with the element type of `like`. */
@@ -429,11 +456,14 @@ function scatterGrads(x: KdaProblem, w: ChunkWork, a: ChunkAdjoints, out: KdaGra
  * the plain recurrence of docs/kda.md 2.1 up to rounding. Work and memory are linear in T.
  *
  * @param x The problem, validated by the caller: q, k, g `[B,T,H,K]`, v `[B,T,H,V]`, beta
- *   `[B,T,H]`, optional h0 `[B,H,K,V]`, all of one element type, and the resolved scale.
+ *   `[B,T,H]`, optional h0 `[B,H,K,V]`, all of one element type, and the resolved scale. With
+ *   `cuSeqlens` (B = 1) each packed sequence runs from its own start state (h0 `[N,H,K,V]`) and
+ *   its chunks restart at the sequence start (docs/kda.md 2.6), exactly as if run alone.
  * @param options `chunkSize` (16, 32 or 64); `saveStates` to also return the chunk-start states
  *   that {@linkcode chunkBackward} needs.
- * @returns `o` `[B,T,H,V]`, the final state `ht` `[B,H,K,V]` and, when `saveStates` is set,
- *   `states` `[B,H,NC,K,V]` with NC = ceil(T / chunkSize): the state at the start of every chunk.
+ * @returns `o` `[B,T,H,V]`, the final state `ht` `[B,H,K,V]` (`[N,H,K,V]` when packed) and, when
+ *   `saveStates` is set, `states` `[B,H,NC,K,V]` with NC = ceil(T / chunkSize): the state at the
+ *   start of every chunk (packed: one `[H,NCᵢ,K,V]` block per sequence, in order).
  *   Arrays have the element type of `x.q`.
  * @throws {Error} An internal error when the chunk size or an array length is wrong: callers
  *   validate at the public boundary, so this is a bug, not a user's mistake.
@@ -467,21 +497,23 @@ export function chunkForward(
   const C = options.chunkSize;
   assertProblem(x, C);
   const { B, T, H, K, V } = x;
-  const NC = Math.ceil(T / C), KV = K * V;
+  const KV = K * V;
+  const seqs = sequencesOf(x, C);
   const o = allocLike(x.q, B * T * H * V);
-  const ht = allocLike(x.q, B * H * KV);
-  const states = options.saveStates ? allocLike(x.q, B * H * NC * KV) : undefined;
+  const ht = allocLike(x.q, seqs.N * H * KV);
+  const states = options.saveStates ? allocLike(x.q, seqs.chunks * H * KV) : undefined;
   const w = new ChunkWork(C, K, V, x.scale);
   const S = w.state;
 
-  for (let b = 0; b < B; b++) {
+  for (let i = 0; i < seqs.N; i++) {
+    const NC = Math.ceil(seqs.length[i] / C);
     for (let h = 0; h < H; h++) {
-      const bh = b * H + h;
-      if (x.h0 !== undefined) { for (let i = 0; i < KV; i++) S[i] = x.h0[bh * KV + i]; }
+      const ih = i * H + h;
+      if (x.h0 !== undefined) { for (let e = 0; e < KV; e++) S[e] = x.h0[ih * KV + e]; }
       else S.fill(0);
       for (let c = 0; c < NC; c++) {
-        enterChunk(x, b, h, c, w);
-        if (states !== undefined) states.set(S, (bh * NC + c) * KV);
+        enterChunk(x, seqs, i, h, c, w);
+        if (states !== undefined) states.set(S, stateIndex(seqs, i, h, c, w, H));
         prepareChunk(x, w);
         newValues(w);
         chunkOutput(w);
@@ -491,7 +523,7 @@ export function chunkForward(
         }
         stateScan(w);
       }
-      ht.set(S, bh * KV);
+      ht.set(S, ih * KV);
     }
   }
   return states !== undefined ? { o, ht, states } : { o, ht };
@@ -506,9 +538,10 @@ export function chunkForward(
  * Nothing of size T×T or C×C is saved between the passes: only `states`.
  *
  * @param x The same problem that was given to {@linkcode chunkForward}.
- * @param states The chunk-start states `[B,H,NC,K,V]` returned by `chunkForward` with
+ * @param states The chunk-start states (`[B,H,NC,K,V]` for a regular batch) returned by `chunkForward` with
  *   `saveStates: true` and the same `chunkSize`.
- * @param cotangents `dout` `[B,T,H,V]` and optional `dht` `[B,H,K,V]` (absent means zero).
+ * @param cotangents `dout` `[B,T,H,V]` and optional `dht` `[B,H,K,V]` or `[N,H,K,V]` (absent
+ *   means zero).
  * @param options `chunkSize`: 16, 32 or 64, as in the forward.
  * @returns `dq, dk, dv, dg, dbeta, dh0` in the layouts of the inputs (`dh0` `[B,H,K,V]` always,
  *   whether or not `x.h0` was given), with the element type of `x.q`.
@@ -543,12 +576,13 @@ export function chunkBackward(
   const C = options.chunkSize;
   assertProblem(x, C);
   const { B, T, H, K, V } = x;
-  const NC = Math.ceil(T / C), KV = K * V;
+  const KV = K * V;
+  const seqs = sequencesOf(x, C);
   const { dout, dht } = cotangents;
   assert(
-    states.length === B * H * NC * KV && dout.length === B * T * H * V &&
-      (dht === undefined || dht.length === B * H * KV),
-    "states, dout and dht of the lengths given by B, T, H, K, V and the chunk size",
+    states.length === seqs.chunks * H * KV && dout.length === B * T * H * V &&
+      (dht === undefined || dht.length === seqs.N * H * KV),
+    "states, dout and dht of the lengths given by B, T, H, K, V, the sequences and the chunk size",
   );
 
   const grads: KdaGrads = {
@@ -557,20 +591,21 @@ export function chunkBackward(
     dv: allocLike(x.q, B * T * H * V),
     dg: allocLike(x.q, B * T * H * K),
     dbeta: allocLike(x.q, B * T * H),
-    dh0: allocLike(x.q, B * H * KV),
+    dh0: allocLike(x.q, seqs.N * H * KV),
   };
   const w = new ChunkWork(C, K, V, x.scale);
   const a = new ChunkAdjoints(C, K, V);
 
-  for (let b = 0; b < B; b++) {
+  for (let i = 0; i < seqs.N; i++) {
+    const NC = Math.ceil(seqs.length[i] / C);
     for (let h = 0; h < H; h++) {
-      const bh = b * H + h;
-      if (dht !== undefined) { for (let i = 0; i < KV; i++) a.dStateEnd[i] = dht[bh * KV + i]; }
+      const ih = i * H + h;
+      if (dht !== undefined) { for (let e = 0; e < KV; e++) a.dStateEnd[e] = dht[ih * KV + e]; }
       else a.dStateEnd.fill(0);
       for (let c = NC - 1; c >= 0; c--) {
-        enterChunk(x, b, h, c, w);
-        const stateOffset = (bh * NC + c) * KV;
-        for (let i = 0; i < KV; i++) w.state[i] = states[stateOffset + i];
+        enterChunk(x, seqs, i, h, c, w);
+        const stateOffset = stateIndex(seqs, i, h, c, w, H);
+        for (let e = 0; e < KV; e++) w.state[e] = states[stateOffset + e];
         // Recompute the forward of this chunk from its start state.
         prepareChunk(x, w);
         newValues(w);
@@ -590,7 +625,7 @@ export function chunkBackward(
         a.dStateStart = a.dStateEnd;
         a.dStateEnd = dStart;
       }
-      grads.dh0.set(a.dStateEnd, bh * KV);
+      grads.dh0.set(a.dStateEnd, ih * KV);
     }
   }
   return grads;

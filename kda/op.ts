@@ -12,10 +12,13 @@ import type {
   KdaCotangents,
   KdaDims,
   KdaGrads,
+  KdaLayout,
   KdaOutputs,
   KdaProblem,
+  PublicFloat,
 } from "./_types.ts";
-import { checkKdaCotangents, checkKdaInputs, checkKdaOptions } from "./_check.ts";
+import { checkKdaCotangents, checkKdaInputs, checkKdaOptions, checkObject } from "./_check.ts";
+import { isHalf, narrowHalf, widenHalf } from "./_half.ts";
 import { type KdaRequest, kdaSeam, runKda } from "./arms.ts";
 
 /** The chunk size of the chunked arms when a call names none. */
@@ -23,9 +26,13 @@ export const DEFAULT_CHUNK_SIZE: ChunkSize = 16;
 
 /**
  * The inputs of the raw KDA op (docs/kda.md 2.1): its dimensions and arrays, all of one element
- * type `F`, and an optional query scale (default K^(-1/2)).
+ * type `F`, an optional query scale (default K^(-1/2)), optional grouped value heads `HV`
+ * (docs/kda.md 2.5) and an optional packed batch `cuSeqlens` (docs/kda.md 2.6).
+ *
+ * `F` may be Float16Array where the runtime has it: the op then computes in f32 and returns
+ * Float16Array outputs and gradients (docs/kda.md 3).
  */
-export interface KdaInputs<F extends Float = Float> extends KdaDims, KdaArrays<F> {
+export interface KdaInputs<F extends PublicFloat = Float> extends KdaDims, KdaArrays<F>, KdaLayout {
   /** Query scale; default K^(-1/2). */
   scale?: number;
 }
@@ -42,30 +49,57 @@ export interface KdaOptions {
   quiet?: boolean;
 }
 
+const INPUT_ARRAYS = ["q", "k", "v", "g", "beta", "h0"] as const;
+
+/**
+ * Half-precision inputs (docs/kda.md 3): a call whose q is a Float16Array has every array widened
+ * to Float32Array here, computes as an f32 call, and has its results rounded back by narrowHalf.
+ */
+function widenInputs(inputs: unknown): { inputs: unknown; half: boolean } {
+  const half = isHalf((inputs as { q?: unknown } | null)?.q);
+  if (!half) return { inputs, half };
+  return { inputs: widenHalf("inputs", checkObject("inputs", inputs), INPUT_ARRAYS), half };
+}
+
 function requestOf(problem: KdaProblem, chunkSize: ChunkSize): KdaRequest {
-  const { B, T, H, K, V, scale } = problem;
-  return { B, T, H, K, V, scale, chunkSize };
+  const { B, T, H, K, V, scale, HV, cuSeqlens } = problem;
+  return {
+    B,
+    T,
+    H,
+    K,
+    V,
+    scale,
+    chunkSize,
+    ...(HV !== undefined ? { HV } : {}),
+    ...(cuSeqlens !== undefined ? { cuSeqlens } : {}),
+  };
 }
 
 function tensorsOf(problem: KdaProblem, wrap: (data: Float, shape: number[]) => Tensor) {
   const { B, T, H, K, V } = problem;
+  const HV = problem.HV ?? H;
+  const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
   return {
     q: wrap(problem.q, [B, T, H, K]),
     k: wrap(problem.k, [B, T, H, K]),
-    v: wrap(problem.v, [B, T, H, V]),
-    g: wrap(problem.g, [B, T, H, K]),
-    beta: wrap(problem.beta, [B, T, H]),
-    h0: problem.h0 === undefined ? undefined : wrap(problem.h0, [B, H, K, V]),
+    v: wrap(problem.v, [B, T, HV, V]),
+    g: wrap(problem.g, [B, T, HV, K]),
+    beta: wrap(problem.beta, [B, T, HV]),
+    h0: problem.h0 === undefined ? undefined : wrap(problem.h0, [N, HV, K, V]),
   };
 }
 
 /**
  * The KDA op forward (inference: no gradient is recorded).
  *
- * @param inputs q, k, v, g, beta (and optionally h0, scale) with their dimensions.
+ * @param inputs q, k, v, g, beta (and optionally h0, scale) with their dimensions; optionally
+ *   `HV` value heads sharing the H query/key heads (docs/kda.md 2.5) and a packed batch
+ *   `cuSeqlens` (B = 1, docs/kda.md 2.6).
  * @param options `arm`, `chunkSize`, `strict`, `quiet`.
- * @returns The outputs `o` [B, T, H, V] and the final state `ht` [B, H, K, V], of the inputs'
- *   element type; each array owns its buffer.
+ * @returns The outputs `o` [B, T, HV, V] and the final state `ht` [B, HV, K, V] (`[N, HV, K, V]`
+ *   when packed), of the inputs' element type (Float16Array inputs compute in f32 and come back
+ *   as Float16Array); each array owns its buffer.
  *
  * @example Usage
  * ```ts
@@ -81,29 +115,33 @@ function tensorsOf(problem: KdaProblem, wrap: (data: Float, shape: number[]) => 
  * }, { arm: "cpu" });
  * ```
  */
-export async function kda<F extends Float>(
+export async function kda<F extends PublicFloat>(
   inputs: KdaInputs<F>,
   options: KdaOptions = {},
 ): Promise<KdaOutputs<F>> {
-  const { problem } = checkKdaInputs(inputs);
+  const widened = widenInputs(inputs);
+  const { problem } = checkKdaInputs(widened.inputs);
   const { chunkSize, ...seamOptions } = checkKdaOptions(options, DEFAULT_CHUNK_SIZE);
   const { o, ht } = await runKda(
     tensorsOf(problem, (data, shape) => new Tensor(data, shape)),
     requestOf(problem, chunkSize),
     seamOptions,
   );
-  return { o: o.data as F, ht: ht.data as F };
+  const out = { o: o.data, ht: ht.data };
+  return (widened.half ? narrowHalf(out) : out) as KdaOutputs<F>;
 }
 
 /**
  * The KDA op's vector-Jacobian product: runs the forward on a tape and pulls the cotangents of
  * `o` and `ht` back to every input.
  *
- * @param inputs q, k, v, g, beta (and optionally h0, scale) with their dimensions.
- * @param cotangents `dout` [B, T, H, V] and optional `dht` [B, H, K, V].
+ * @param inputs q, k, v, g, beta (and optionally h0, scale, HV, cuSeqlens) as for {@linkcode kda}.
+ * @param cotangents `dout` [B, T, HV, V] and optional `dht` [B, HV, K, V] (`[N, HV, K, V]` when
+ *   packed), of the inputs' element type.
  * @param options `arm`, `chunkSize`, `strict`, `quiet`.
- * @returns dq, dk, dv, dg, dbeta and dh0, of the inputs' element type (dh0 also without h0: the
- *   gradient at a zero initial state).
+ * @returns dq, dk, dv, dg, dbeta and dh0, of the inputs' element type and shapes (dh0 also
+ *   without h0: the gradient at a zero initial state; with HV > H, dq and dk are summed over each
+ *   group of value heads; Float16Array inputs give Float16Array gradients).
  *
  * @example Usage
  * ```ts
@@ -119,28 +157,37 @@ export async function kda<F extends Float>(
  * }, { dout: new Float64Array(B * T * H * V).fill(1) }, { arm: "cpu" });
  * ```
  */
-export async function kdaVjp<F extends Float>(
+export async function kdaVjp<F extends PublicFloat>(
   inputs: KdaInputs<F>,
   cotangents: KdaCotangents<F>,
   options: KdaOptions = {},
 ): Promise<KdaGrads<F>> {
-  const { problem, dtype } = checkKdaInputs(inputs);
-  const { dout, dht } = checkKdaCotangents(cotangents, problem, dtype);
+  const widened = widenInputs(inputs);
+  const { problem, dtype } = checkKdaInputs(widened.inputs);
+  const { dout, dht } = checkKdaCotangents(
+    widened.half
+      ? widenHalf("cotangents", checkObject("cotangents", cotangents), ["dout", "dht"])
+      : cotangents,
+    problem,
+    dtype,
+  );
   const { chunkSize, ...seamOptions } = checkKdaOptions(options, DEFAULT_CHUNK_SIZE);
-  const { B, H, K, V } = problem;
+  const { B, K, V } = problem;
+  const HV = problem.HV ?? problem.H;
+  const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
   const tape = new Tape(dtype);
   try {
     // h0 is always a variable so that dh0 exists; absent, it is a zero state.
     const x = tensorsOf(
-      { ...problem, h0: problem.h0 ?? alloc(dtype, B * H * K * V) },
+      { ...problem, h0: problem.h0 ?? alloc(dtype, N * HV * K * V) },
       (data, shape) => tape.variable(data, shape),
     );
     const { o, ht } = await runKda(x, requestOf(problem, chunkSize), seamOptions);
     const seeds = [{ output: o, cotangent: dout }];
     if (dht !== undefined) seeds.push({ output: ht, cotangent: dht });
     const grads = await tape.backwardFrom(seeds);
-    const grad = (t: Tensor | undefined) => (grads.get(t!) ?? alloc(dtype, t!.size)) as F;
-    return {
+    const grad = (t: Tensor | undefined) => grads.get(t!) ?? alloc(dtype, t!.size);
+    const out = {
       dq: grad(x.q),
       dk: grad(x.k),
       dv: grad(x.v),
@@ -148,6 +195,7 @@ export async function kdaVjp<F extends Float>(
       dbeta: grad(x.beta),
       dh0: grad(x.h0),
     };
+    return (widened.half ? narrowHalf(out) : out) as KdaGrads<F>;
   } finally {
     tape.dispose();
   }

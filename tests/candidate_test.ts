@@ -10,7 +10,8 @@ import { checkLayerCandidate } from "../checks/candidate_layer.ts";
 import { heatmapSvg } from "../checks/heatmap.ts";
 import { randomKda } from "./_fixtures.ts";
 
-const [B, T, H, K, V, C] = [2, 150, 2, 8, 6, 64];
+const [B, T, H, K, V] = [2, 150, 2, 8, 6];
+const C = 64 as const;
 
 /** A perfect f32 candidate: the inputs and every result of the f64 reference, stored as F32. */
 async function perfectCandidate(): Promise<Map<string, SafetensorsInput>> {
