@@ -1,7 +1,7 @@
 // Shared by the test files: seeded inputs, the one agreement check (on checks/compare.ts's metric)
 // and the layer's group lists. Nothing here is a reference implementation: tests/_bptt.ts is.
 
-import type { DType, Float, KdaDims, KdaProblem } from "../kda/_types.ts";
+import type { DType, Float, KdaCotangents, KdaDims, KdaProblem } from "../kda/_types.ts";
 import { mulberry32, normal } from "../kda/_random.ts";
 import { agreement } from "../checks/compare.ts";
 import { PARAMETER_TABLE, parameterNames } from "../kda/module.ts";
@@ -116,4 +116,20 @@ export class Worst {
   report(what: string): void {
     console.log(`  ${what}: ${this.count} comparisons, worst ${this.label}: ${this.detail}`);
   }
+}
+
+/** Uniform values in [−1, 1) from a seed. */
+export function randomArray(n: number, seed: number): Float64Array {
+  const rand = mulberry32(seed);
+  const a = new Float64Array(n);
+  for (let i = 0; i < n; i++) a[i] = 2 * rand() - 1;
+  return a;
+}
+
+/** Random cotangents `dout` (and `dht` when asked) for a problem's shape, in f64. */
+export function randomCotangents(x: KdaShape, seed: number, withDht: boolean): KdaCotangents {
+  const { B, T, H, K, V } = x;
+  const ct: KdaCotangents = { dout: randomArray(B * T * H * V, seed) };
+  if (withDht) ct.dht = randomArray(B * H * K * V, seed + 1);
+  return ct;
 }

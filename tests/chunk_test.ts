@@ -4,15 +4,16 @@
 import assert from "node:assert/strict";
 import type { ChunkSize, KdaCotangents, KdaGrads, KdaProblem } from "../kda/_types.ts";
 import { chunkBackward, chunkForward } from "../kda/chunk.ts";
+import { recurrentBackward, recurrentForward } from "./_bptt.ts";
 import {
+  bitsEqual,
   type KdaShape,
   mulberry32,
+  randomCotangents,
   randomKda,
-  recurrentBackward,
-  recurrentForward,
   toF64,
-} from "./_bptt.ts";
-import { bitsEqual, Worst } from "./_compare.ts";
+  Worst,
+} from "./_fixtures.ts";
 import { recurrentKda } from "../kda/recurrent.ts";
 import { Tape, type Tensor } from "../tape/mod.ts";
 
@@ -24,20 +25,6 @@ const GATES: { name: string; gateMin: number; gateMax: number }[] = [
   { name: "g=0", gateMin: 0, gateMax: 0 },
 ];
 const GRAD_NAMES = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
-
-function randomArray(n: number, seed: number): Float64Array {
-  const rand = mulberry32(seed);
-  const a = new Float64Array(n);
-  for (let i = 0; i < n; i++) a[i] = 2 * rand() - 1;
-  return a;
-}
-
-function randomCotangents(x: KdaProblem, seed: number, withDht: boolean): KdaCotangents {
-  const { B, T, H, K, V } = x;
-  const ct: KdaCotangents = { dout: randomArray(B * T * H * V, seed) };
-  if (withDht) ct.dht = randomArray(B * H * K * V, seed + 1);
-  return ct;
-}
 
 function chunkGrads(x: KdaProblem, ct: KdaCotangents, chunkSize: ChunkSize): KdaGrads {
   const { states } = chunkForward(x, { chunkSize, saveStates: true });

@@ -5,37 +5,23 @@
 import assert from "node:assert/strict";
 import { kda, type KdaCotangents, type KdaInputs, type KdaOptions, kdaVjp } from "../mod.ts";
 import { resetSeamCounts, seamCounts } from "../mod.ts";
-import type { ChunkSize, RawKda } from "../kda/_types.ts";
+import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
+import { recurrentBackward, recurrentForward } from "./_bptt.ts";
 import {
   type KdaShape,
   mulberry32,
+  randomCotangents,
   randomKda,
-  recurrentBackward,
-  recurrentForward,
   toF64,
-} from "./_bptt.ts";
-import { Worst } from "./_compare.ts";
+  Worst,
+} from "./_fixtures.ts";
 
 const GRAD_NAMES = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
-
-function randomArray(n: number, seed: number): Float64Array {
-  const rand = mulberry32(seed);
-  const a = new Float64Array(n);
-  for (let i = 0; i < n; i++) a[i] = 2 * rand() - 1;
-  return a;
-}
-
-function randomCotangents(x: KdaShape, seed: number, withDht: boolean): KdaCotangents {
-  const { B, T, H, K, V } = x;
-  const ct: KdaCotangents = { dout: randomArray(B * T * H * V, seed) };
-  if (withDht) ct.dht = randomArray(B * H * K * V, seed + 1);
-  return ct;
-}
 
 /** Gate modes: uniform in [−5, 0], exactly 0, exactly −5, and a random mix of −5 and 0. */
 type GateMode = "[−5,0]" | "0" | "−5" | "{−5,0}";
 
-function withGates(x: RawKda, mode: GateMode, seed: number): RawKda {
+function withGates(x: KdaProblem, mode: GateMode, seed: number): KdaProblem {
   if (mode === "[−5,0]") return x;
   const g = new Float64Array(x.g.length);
   const rand = mulberry32(seed);
@@ -45,7 +31,7 @@ function withGates(x: RawKda, mode: GateMode, seed: number): RawKda {
   return { ...x, g };
 }
 
-function draw(shape: KdaShape, seed: number, mode: GateMode, withH0: boolean): RawKda {
+function draw(shape: KdaShape, seed: number, mode: GateMode, withH0: boolean): KdaProblem {
   const x = randomKda(shape, seed, { gateMin: mode === "0" ? 0 : -5, gateMax: 0, withH0 });
   return withGates(x, mode, seed + 7919);
 }
