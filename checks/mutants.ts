@@ -1,7 +1,6 @@
 // Planted defects the proof must catch (`deno task prove --mutants`), injected through the seam's
 // test hooks without editing any source. Each mutant names the diagnosis it must draw.
 
-import type { Data } from "../tape/mod.ts";
 import type { KdaRequest } from "../kda/arms.ts";
 import type { PlantedDefect } from "./prove.ts";
 
@@ -20,12 +19,12 @@ export interface Mutant {
 /** The token range of chunk `c` in a [B, T, H, X] layout, as flat index ranges. */
 function eachInChunk(
   request: unknown,
-  width: "K" | "V" | "1",
+  width: "K" | "V",
   chunk: number,
   fn: (i: number) => void,
 ): void {
   const r = request as KdaRequest;
-  const X = width === "1" ? 1 : r[width];
+  const X = r[width];
   const t0 = chunk * r.chunkSize, t1 = Math.min(r.T, t0 + r.chunkSize);
   for (let b = 0; b < r.B; b++) {
     for (let t = t0; t < t1; t++) {
@@ -34,8 +33,18 @@ function eachInChunk(
   }
 }
 
-function copy(g: Data | null): Data | null {
-  return g === null ? null : g.slice();
+/** A defect that changes input gradient `input` (a [B, T, H, K] one) in chunk `chunk` only. */
+function oneChunk(input: number, chunk: number, change: (v: number) => number): PlantedDefect {
+  return {
+    hooks: {
+      mapGradients: (g, request) => {
+        const out = g.map((x) => x === null ? null : x.slice());
+        const target = out[input]!;
+        eachInChunk(request, "K", chunk, (i) => target[i] = change(target[i]));
+        return out;
+      },
+    },
+  };
 }
 
 /** The catalogue of docs/kda.md 4's planted defects. */
@@ -68,29 +77,13 @@ export const MUTANTS: readonly Mutant[] = [
     name: "dg-sign-one-chunk",
     description: "dg sign-flipped in the second chunk only",
     expected: /^The op's adjoint is wrong/,
-    make: () => ({
-      hooks: {
-        mapGradients: (g, request) => {
-          const out = g.map(copy);
-          eachInChunk(request, "K", 1, (i) => out[3]![i] = -out[3]![i]);
-          return out;
-        },
-      },
-    }),
+    make: () => oneChunk(3, 1, (v) => -v),
   },
   {
     name: "dk-drop-one-chunk",
     description: "the third chunk's contribution to dk dropped",
     expected: /^The op's adjoint is wrong/,
-    make: () => ({
-      hooks: {
-        mapGradients: (g, request) => {
-          const out = g.map(copy);
-          eachInChunk(request, "K", 2, (i) => out[1]![i] = 0);
-          return out;
-        },
-      },
-    }),
+    make: () => oneChunk(1, 2, () => 0),
   },
   {
     name: "noisy-backward",

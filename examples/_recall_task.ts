@@ -3,17 +3,10 @@
 // Tokens enter the layer through a fixed seeded random embedding; a trained linear readout maps the
 // layer's output to value logits, with its cross-entropy gradient written out by hand.
 
-/** Seeded uniform numbers in [0, 1) (mulberry32). */
-export function uniform(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from "../kda/_random.ts";
+
+/** Seeded uniform numbers in [0, 1) (the package's mulberry32). */
+export const uniform: (seed: number) => () => number = mulberry32;
 
 /** The task's sizes. */
 export interface RecallShape {

@@ -180,6 +180,24 @@ export function checkCuSeqlens(value: unknown, B: number, T: number): Int32Array
 }
 
 /**
+ * The head counts and widths of a call: H query/key heads, HV value heads (a multiple of H;
+ * grouped value heads, docs/kda.md 2.5), K and V.
+ */
+function checkHeads(
+  what: string,
+  x: Record<string, unknown>,
+): { H: number; K: number; V: number; HV: number } {
+  const H = checkPositiveInt(`${what}.H`, x.H);
+  const K = checkPositiveInt(`${what}.K`, x.K);
+  const V = checkPositiveInt(`${what}.V`, x.V);
+  const HV = x.HV === undefined ? H : checkPositiveInt(`${what}.HV`, x.HV);
+  if (HV % H !== 0) {
+    throw new RangeError(`${what}.HV must be a multiple of ${what}.H = ${H}: got ${HV}`);
+  }
+  return { H, K, V, HV };
+}
+
+/**
  * Validates the raw inputs of the op once, at the public boundary.
  *
  * @param inputs What the caller passed.
@@ -190,14 +208,7 @@ export function checkKdaInputs(inputs: unknown): { problem: KdaProblem; dtype: D
   checkKnownKeys("inputs", x, INPUT_KEYS);
   const B = checkPositiveInt("inputs.B", x.B);
   const T = checkPositiveInt("inputs.T", x.T);
-  const H = checkPositiveInt("inputs.H", x.H);
-  const K = checkPositiveInt("inputs.K", x.K);
-  const V = checkPositiveInt("inputs.V", x.V);
-  // Grouped value heads (docs/kda.md 2.5): v, g, beta, h0 carry HV heads, q and k carry H.
-  const HV = x.HV === undefined ? H : checkPositiveInt("inputs.HV", x.HV);
-  if (HV % H !== 0) {
-    throw new RangeError(`inputs.HV must be a multiple of inputs.H = ${H}: got ${HV}`);
-  }
+  const { H, K, V, HV } = checkHeads("inputs", x);
   const cuSeqlens = x.cuSeqlens === undefined ? undefined : checkCuSeqlens(x.cuSeqlens, B, T);
   const N = cuSeqlens === undefined ? B : cuSeqlens.length - 1;
   const hv = x.HV === undefined ? "H" : "HV", n = cuSeqlens === undefined ? "B" : "N";
@@ -327,13 +338,7 @@ export function checkKdaStep(
   const x = checkObject("token", token);
   checkKnownKeys("token", x, TOKEN_KEYS);
   const B = checkPositiveInt("token.B", x.B);
-  const H = checkPositiveInt("token.H", x.H);
-  const K = checkPositiveInt("token.K", x.K);
-  const V = checkPositiveInt("token.V", x.V);
-  const HV = x.HV === undefined ? H : checkPositiveInt("token.HV", x.HV);
-  if (HV % H !== 0) {
-    throw new RangeError(`token.HV must be a multiple of token.H = ${H}: got ${HV}`);
-  }
+  const { H, K, V, HV } = checkHeads("token", x);
   const hv = x.HV === undefined ? "H" : "HV";
   const dtype = dtypeOfArray("token.q", x.q);
   checkFloatArray("token.q", x.q, B * H * K, dtype, "[B, H, K]");

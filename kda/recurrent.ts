@@ -15,6 +15,7 @@ import {
   type Tensor,
   unstack,
 } from "../tape/mod.ts";
+import type { KdaDims } from "./_types.ts";
 
 /** The op's inputs as tape tensors, in the layouts of DESIGN.md 2.1. */
 export interface KdaTensors {
@@ -30,20 +31,6 @@ export interface KdaTensors {
   beta: Tensor;
   /** Initial state [B, H, K, V]; zeros when absent. */
   h0?: Tensor;
-}
-
-/** The op's dimensions. */
-export interface KdaDims {
-  /** Batch size. */
-  B: number;
-  /** Tokens per sequence. */
-  T: number;
-  /** Heads. */
-  H: number;
-  /** Key dimension. */
-  K: number;
-  /** Value dimension. */
-  V: number;
 }
 
 /**

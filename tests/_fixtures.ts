@@ -133,3 +133,15 @@ export function randomCotangents(x: KdaShape, seed: number, withDht: boolean): K
   if (withDht) ct.dht = randomArray(B * H * K * V, seed + 1);
   return ct;
 }
+
+/** The same cotangents in f32, and the f64 ones set to those rounded values (same bytes). */
+export function sameBytesCotangents(
+  ct64: KdaCotangents,
+): { ct32: KdaCotangents; ct64: KdaCotangents } {
+  const dout = Float32Array.from(ct64.dout);
+  const dht = ct64.dht === undefined ? undefined : Float32Array.from(ct64.dht);
+  return {
+    ct32: { dout, ...(dht ? { dht } : {}) },
+    ct64: { dout: Float64Array.from(dout), ...(dht ? { dht: Float64Array.from(dht) } : {}) },
+  };
+}

@@ -11,6 +11,7 @@ import {
   mulberry32,
   randomCotangents,
   randomKda,
+  sameBytesCotangents,
   toF64,
   Worst,
 } from "./_fixtures.ts";
@@ -172,13 +173,7 @@ Deno.test("Float32Array inputs give Float32Array outputs that match f64 on the s
       dtype: "f32",
     });
     const x64 = toF64(x32);
-    const ct64 = randomCotangents(x64, 32, true);
-    const ct32: KdaCotangents = {
-      dout: Float32Array.from(ct64.dout),
-      dht: Float32Array.from(ct64.dht!),
-    };
-    ct64.dout = Float64Array.from(ct32.dout);
-    ct64.dht = Float64Array.from(ct32.dht!);
+    const { ct32, ct64 } = sameBytesCotangents(randomCotangents(x64, 32, true));
     const f32 = chunkForward(x32, { chunkSize, saveStates: true });
     const f64 = chunkForward(x64, { chunkSize, saveStates: true });
     assert.ok(f32.o instanceof Float32Array && f32.ht instanceof Float32Array);

@@ -1,13 +1,8 @@
 import assert from "node:assert/strict";
-import {
-  kda,
-  KdaModule,
-  type KdaModuleRunOptions,
-  kdaVjp,
-  resetSeamCounts,
-  seamCounts,
-  seamDecisions,
-} from "../mod.ts";
+import * as api from "../mod.ts";
+import type { KdaModuleRunOptions } from "../mod.ts";
+
+const { kda, KdaModule, kdaVjp, resetSeamCounts, seamCounts, seamDecisions } = api;
 import { Tape, Tensor } from "../tape/mod.ts";
 import { chunkForward } from "../kda/chunk.ts";
 import { runKda } from "../kda/arms.ts";
