@@ -18,6 +18,7 @@
  *
  * @module
  */
+import { checkKnownKeys, checkObject, typeName } from "../kda/_check.ts";
 
 import type { Tensor } from "../tape/mod.ts";
 
@@ -56,13 +57,6 @@ export interface AdamWOptions {
   weightDecay?: number;
 }
 
-function typeName(x: unknown): string {
-  if (x === null) return "null";
-  if (Array.isArray(x)) return "Array";
-  if (typeof x !== "object") return typeof x;
-  return (x as object).constructor?.name ?? "object";
-}
-
 function checkRange(
   name: string,
   value: unknown,
@@ -78,16 +72,6 @@ function checkRange(
     throw new RangeError(`${name} must be a finite number in ${range}: got ${String(value)}`);
   }
   return value as number;
-}
-
-function checkKeys(name: string, value: object, known: readonly string[]): void {
-  for (const key of Object.keys(value)) {
-    if (!known.includes(key)) {
-      throw new TypeError(
-        `${name}.${key} is not a known field: expected one of ${known.join(", ")}`,
-      );
-    }
-  }
 }
 
 function checkParams(params: unknown): Map<string, Tensor> {
@@ -149,52 +133,33 @@ function checkGrads(params: Map<string, Tensor>, grads: unknown): Map<string, Gr
 }
 
 /**
- * Stochastic gradient descent with momentum, as PyTorch's `torch.optim.SGD` with dampening 0 and
- * nesterov false: `g ← grad + weightDecay · p`; with momentum, `buf ← g` at the first step and
- * `buf ← momentum · buf + g` after, and `g ← buf`; then `p ← p − lr · g`. The momentum buffers are
- * kept in f64.
+ * What every optimizer here shares: the named parameters it updates in place, a learning rate
+ * that may change between steps, the step count, and the gradient checks before any update.
  *
  * @example Usage
  * ```ts
  * import { Tensor } from "@deltanet/kda/tape";
  * import { Sgd } from "@deltanet/kda/optim";
- * const w = new Tensor(new Float64Array([1, 2]), [2]);
- * const opt = new Sgd(new Map([["w", w]]), { lr: 0.1, momentum: 0.9 });
- * opt.step(new Map([["w", new Float64Array([1, -1])]]));
- * w.data; // Float64Array [0.9, 2.1]
+ * const opt = new Sgd(new Map([["w", new Tensor(new Float64Array([1]), [1])]]), { lr: 0.1 });
+ * opt.lr = 0.05; // a schedule
  * ```
  */
-export class Sgd implements Optimizer {
+export abstract class ParameterOptimizer implements Optimizer {
   #lr: number;
-  /** The momentum factor. */
-  readonly momentum: number;
-  /** The L2 penalty. */
-  readonly weightDecay: number;
-  readonly #params: Map<string, Tensor>;
-  readonly #buf = new Map<string, Float64Array>();
   #steps = 0;
+  /** The parameters by name, updated in place. */
+  protected readonly params: Map<string, Tensor>;
 
   /**
-   * Makes the optimizer over a fixed set of named parameters.
+   * Keeps the parameters and the learning rate.
    *
-   * @param params The parameters by name (updated in place).
-   * @param options `lr`, `momentum`, `weightDecay`.
+   * @param params The parameters by name.
+   * @param lr The learning rate, finite and >= 0.
+   * @param what The name of the learning rate's argument, for messages.
    */
-  constructor(params: Map<string, Tensor>, options: SgdOptions) {
-    this.#params = checkParams(params);
-    if (typeof options !== "object" || options === null) {
-      throw new TypeError(`options must be an object: got ${typeName(options)}`);
-    }
-    checkKeys("options", options, ["lr", "momentum", "weightDecay"]);
-    this.#lr = checkRange("options.lr", options.lr, 0, Infinity, true);
-    this.momentum = checkRange("options.momentum", options.momentum ?? 0, 0, 1, true);
-    this.weightDecay = checkRange(
-      "options.weightDecay",
-      options.weightDecay ?? 0,
-      0,
-      Infinity,
-      true,
-    );
+  protected constructor(params: Map<string, Tensor>, lr: unknown, what: string) {
+    this.params = checkParams(params);
+    this.#lr = checkRange(what, lr, 0, Infinity, true);
   }
 
   /** The learning rate, finite and >= 0. */
@@ -211,15 +176,76 @@ export class Sgd implements Optimizer {
   }
 
   /**
-   * One update of every parameter.
+   * One update of every parameter; a rejected gradient changes nothing.
    *
    * @param grads A gradient for every parameter, by name, of the parameter's length.
    */
   step(grads: Map<string, GradArray>): void {
-    checkGrads(this.#params, grads);
+    checkGrads(this.params, grads);
+    this.update(grads, this.#lr, this.#steps + 1);
+    this.#steps++;
+  }
+
+  /**
+   * The update rule, on checked gradients.
+   *
+   * @param grads One finite gradient per parameter.
+   * @param lr The learning rate.
+   * @param t The number of this step, from 1.
+   */
+  protected abstract update(grads: Map<string, GradArray>, lr: number, t: number): void;
+}
+
+/** A decay or penalty factor, finite and >= 0, from options (with its default). */
+function nonNegative(name: string, value: unknown): number {
+  return checkRange(name, value, 0, Infinity, true);
+}
+
+/**
+ * Stochastic gradient descent with momentum, as PyTorch's `torch.optim.SGD` with dampening 0 and
+ * nesterov false: `g ← grad + weightDecay · p`; with momentum, `buf ← g` at the first step and
+ * `buf ← momentum · buf + g` after, and `g ← buf`; then `p ← p − lr · g`. The momentum buffers are
+ * kept in f64.
+ *
+ * @example Usage
+ * ```ts
+ * import { Tensor } from "@deltanet/kda/tape";
+ * import { Sgd } from "@deltanet/kda/optim";
+ * const w = new Tensor(new Float64Array([1, 2]), [2]);
+ * const opt = new Sgd(new Map([["w", w]]), { lr: 0.1, momentum: 0.9 });
+ * opt.step(new Map([["w", new Float64Array([1, -1])]]));
+ * w.data; // Float64Array [0.9, 2.1]
+ * ```
+ */
+export class Sgd extends ParameterOptimizer {
+  /** The momentum factor. */
+  readonly momentum: number;
+  /** The L2 penalty. */
+  readonly weightDecay: number;
+  readonly #buf = new Map<string, Float64Array>();
+
+  /**
+   * Makes the optimizer over a fixed set of named parameters.
+   *
+   * @param params The parameters by name (updated in place).
+   * @param options `lr`, `momentum`, `weightDecay`.
+   */
+  constructor(params: Map<string, Tensor>, options: SgdOptions) {
+    checkKnownKeys("options", checkObject("options", options), ["lr", "momentum", "weightDecay"]);
+    super(params, options.lr, "options.lr");
+    this.momentum = checkRange("options.momentum", options.momentum ?? 0, 0, 1, true);
+    this.weightDecay = nonNegative("options.weightDecay", options.weightDecay ?? 0);
+  }
+
+  /**
+   * The SGD update.
+   *
+   * @param grads One finite gradient per parameter.
+   * @param lr The learning rate.
+   */
+  protected update(grads: Map<string, GradArray>, lr: number): void {
     const { momentum: mu, weightDecay: wd } = this;
-    const lr = this.#lr;
-    for (const [name, p] of this.#params) {
+    for (const [name, p] of this.params) {
       const g = grads.get(name)!, d = p.data;
       let buf = this.#buf.get(name);
       const first = buf === undefined;
@@ -230,7 +256,6 @@ export class Sgd implements Optimizer {
         d[i] = d[i] - lr * gi;
       }
     }
-    this.#steps++;
   }
 }
 
@@ -249,18 +274,15 @@ export class Sgd implements Optimizer {
  * w.data; // about [0.9, 2.1]: the first Adam step moves each entry by lr
  * ```
  */
-export class AdamW implements Optimizer {
-  #lr: number;
+export class AdamW extends ParameterOptimizer {
   /** The moment decay rates. */
   readonly betas: readonly [number, number];
   /** The denominator's guard. */
   readonly eps: number;
   /** The decoupled weight decay. */
   readonly weightDecay: number;
-  readonly #params: Map<string, Tensor>;
   readonly #m = new Map<string, Float64Array>();
   readonly #v = new Map<string, Float64Array>();
-  #steps = 0;
 
   /**
    * Makes the optimizer over a fixed set of named parameters.
@@ -269,12 +291,13 @@ export class AdamW implements Optimizer {
    * @param options `lr`, `betas`, `eps`, `weightDecay`.
    */
   constructor(params: Map<string, Tensor>, options: AdamWOptions = {}) {
-    this.#params = checkParams(params);
-    if (typeof options !== "object" || options === null) {
-      throw new TypeError(`options must be an object: got ${typeName(options)}`);
-    }
-    checkKeys("options", options, ["lr", "betas", "eps", "weightDecay"]);
-    this.#lr = checkRange("options.lr", options.lr ?? 1e-3, 0, Infinity, true);
+    checkKnownKeys("options", checkObject("options", options), [
+      "lr",
+      "betas",
+      "eps",
+      "weightDecay",
+    ]);
+    super(params, options.lr ?? 1e-3, "options.lr");
     const betas = options.betas ?? [0.9, 0.999];
     if (!Array.isArray(betas) || betas.length !== 2) {
       throw new TypeError(
@@ -288,42 +311,23 @@ export class AdamW implements Optimizer {
       checkRange("options.betas[1]", betas[1], 0, 1, true),
     ]) as readonly [number, number];
     this.eps = checkRange("options.eps", options.eps ?? 1e-8, 0, Infinity, true, true);
-    this.weightDecay = checkRange(
-      "options.weightDecay",
-      options.weightDecay ?? 1e-2,
-      0,
-      Infinity,
-      true,
-    );
-  }
-
-  /** The learning rate, finite and >= 0. */
-  get lr(): number {
-    return this.#lr;
-  }
-  set lr(value: number) {
-    this.#lr = checkRange("lr", value, 0, Infinity, true);
-  }
-
-  /** The number of steps taken. */
-  get steps(): number {
-    return this.#steps;
+    this.weightDecay = nonNegative("options.weightDecay", options.weightDecay ?? 1e-2);
   }
 
   /**
-   * One update of every parameter.
+   * The AdamW update.
    *
-   * @param grads A gradient for every parameter, by name, of the parameter's length.
+   * @param grads One finite gradient per parameter.
+   * @param lr The learning rate.
+   * @param t The number of this step, from 1.
    */
-  step(grads: Map<string, GradArray>): void {
-    checkGrads(this.#params, grads);
-    const t = this.#steps + 1;
+  protected update(grads: Map<string, GradArray>, lr: number, t: number): void {
     const [b1, b2] = this.betas;
-    const lr = this.#lr, eps = this.eps;
+    const eps = this.eps;
     const decay = 1 - lr * this.weightDecay;
     const stepSize = lr / (1 - b1 ** t);
     const bc2Sqrt = Math.sqrt(1 - b2 ** t);
-    for (const [name, p] of this.#params) {
+    for (const [name, p] of this.params) {
       const g = grads.get(name)!, d = p.data;
       let m = this.#m.get(name), v = this.#v.get(name);
       if (m === undefined || v === undefined) {
@@ -338,6 +342,5 @@ export class AdamW implements Optimizer {
         d[i] = d[i] * decay - stepSize * (m[i] / denom);
       }
     }
-    this.#steps = t;
   }
 }

@@ -150,7 +150,7 @@ Deno.test("bad hyper-parameters give named errors", () => {
   assert.throws(() => new AdamW(params, { learningRate: 1 } as any), {
     name: "TypeError",
     message:
-      "options.learningRate is not a known field: expected one of lr, betas, eps, weightDecay",
+      "options.learningRate is not a known field: expected one of lr, betas, eps, weightDecay (did you mean lr?)",
   });
   // deno-lint-ignore no-explicit-any
   assert.throws(() => new AdamW({} as any), {
