@@ -7,17 +7,12 @@ import { kda, type KdaCotangents, type KdaInputs, type KdaOptions, kdaVjp } from
 import { resetSeamCounts, seamCounts } from "../mod.ts";
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
 import { recurrentBackward, recurrentForward } from "./_bptt.ts";
-import {
-  type KdaShape,
-  mulberry32,
-  randomCotangents,
-  randomKda,
-  sameBytesCotangents,
-  toF64,
-  Worst,
-} from "./_fixtures.ts";
+import * as fixtures from "./_fixtures.ts";
+import type { KdaShape } from "./_fixtures.ts";
 
-const GRAD_NAMES = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
+const { mulberry32, randomCotangents, randomKda, sameBytesCotangents, toF64, Worst } = fixtures;
+
+import { GRAD_NAMES } from "../kda/_types.ts";
 
 /** Gate modes: uniform in [−5, 0], exactly 0, exactly −5, and a random mix of −5 and 0. */
 type GateMode = "[−5,0]" | "0" | "−5" | "{−5,0}";

@@ -14,13 +14,16 @@ import {
   squareNode,
   worstSeen,
 } from "./_tape_check.ts";
-import {
+import * as tape from "../tape/mod.ts";
+import { Tape, Tensor } from "../tape/mod.ts";
+import type { Data } from "../tape/mod.ts";
+
+const {
   add,
   causalConv,
   concat,
   constant,
   customNode,
-  type Data,
   div,
   exp,
   l2norm,
@@ -41,11 +44,9 @@ import {
   stack,
   sub,
   sum,
-  Tape,
-  Tensor,
   transpose,
   unstack,
-} from "../tape/mod.ts";
+} = tape;
 
 // ---------------------------------------------------------------------------------------------
 // Elementwise binary ops with broadcasting
