@@ -561,7 +561,7 @@ export class KdaModule {
    * import { KdaModule, type KdaModuleState } from "@deltanet/kda";
    * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
    * let state: KdaModuleState<Float64Array> | undefined;
-   * let token = new Float64Array(8).fill(0.1);
+   * let token: Float64Array = new Float64Array(8).fill(0.1);
    * for (let t = 0; t < 4; t++) {
    *   const out = await layer.step(token, state, { arm: "cpu" });
    *   state = out.state;
