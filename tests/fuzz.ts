@@ -33,11 +33,14 @@ console.log(
 );
 const started = performance.now();
 const failures: Disagreement[] = [];
+const conditioned: string[] = [];
 const worst: Record<string, number> = {};
 for (let i = 0; i < cases; i++) {
   const c = edgeCase(seed, i);
   const result = await checkCase(c, gpu);
   failures.push(...result.disagreements);
+  conditioned.push(...result.conditioned);
+  for (const line of result.conditioned) console.log(`ILL-CONDITIONED ${line}`);
   for (const [pair, w] of Object.entries(result.worst)) {
     worst[pair] = Math.max(worst[pair] ?? 0, Number.isNaN(w) ? Infinity : w);
   }
@@ -53,5 +56,7 @@ for (let i = 0; i < cases; i++) {
 for (const [pair, w] of Object.entries(worst)) {
   console.log(`worst ${pair}: max|a−b|/max|b| = ${w.toExponential(2)}`);
 }
-console.log(`fuzz: ${cases} cases, ${failures.length} disagreements`);
+console.log(
+  `fuzz: ${cases} cases, ${failures.length} disagreements, ${conditioned.length} ill-conditioned tensors within 16× the effect of input rounding`,
+);
 Deno.exit(failures.length === 0 ? 0 : 1);
