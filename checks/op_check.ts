@@ -24,7 +24,9 @@ export interface OpRow {
 export interface OpCheck {
   /** The op's shape. */
   request: KdaRequest;
-  /** Outputs and gradients against the f64 ops arm. */
+  /** The arm of the f64 reference (ops, or cpu when the ops arm is proven). */
+  referenceArm: Arm;
+  /** Outputs and gradients against the f64 reference. */
   rows: OpRow[];
   /** ⟨J u, v⟩ (forward mode, f64 ops arm) against ⟨u, Jᵀ v⟩ (the arm under test). */
   transpose: { jv: number; vjt: number; rel: number; tol: number; ok: boolean };
@@ -143,7 +145,9 @@ export async function checkOp(options: {
   // The reference sees the very bytes the tested arm saw.
   const same = (a: Float64Array) => Float64Array.from(cast(a));
   const refInputs = inputs.map(same), refCot = cot.map(same);
-  const reference = await vjpOn("ops", "f64", request, refInputs, refCot, undefined, false);
+  // The reference is the plain recurrence, or the f64 chunked arm when the recurrence is on trial.
+  const referenceArm: Arm = arm === "ops" ? "cpu" : "ops";
+  const reference = await vjpOn(referenceArm, "f64", request, refInputs, refCot, undefined, false);
   const rows: OpRow[] = [];
   const add = (name: string, a: Float, b: Float, tol: number) => {
     const ag = agreement(a, b);
@@ -178,5 +182,5 @@ export async function checkOp(options: {
   const rel = Math.abs(jv - vjt) / scale;
   const tol = dtype === "f64" ? 1e-12 : options.gradTol;
   const transpose = { jv, vjt, rel, tol, ok: rel <= tol };
-  return { request, rows, transpose, ok: transpose.ok && rows.every((r) => r.ok) };
+  return { request, referenceArm, rows, transpose, ok: transpose.ok && rows.every((r) => r.ok) };
 }

@@ -102,7 +102,7 @@ export function printReport(
   const op = report.op;
   const { B, T, H, K, V, chunkSize } = op.request;
   log(
-    `the op alone (B=${B} T=${T} H=${H} K=${K} V=${V} C=${chunkSize}, with h0 and dht) vs f64 ops: ` +
+    `the op alone (B=${B} T=${T} H=${H} K=${K} V=${V} C=${chunkSize}, with h0 and dht) vs f64 ${op.referenceArm}: ` +
       op.rows.map((r) => `${r.name} ${e(r.agreement.rel)}${r.ok ? "" : " FAIL"}`).join(", "),
   );
   log(
