@@ -37,7 +37,7 @@ export type {
 } from "./kda/_types.ts";
 export { DEFAULT_CONFIG, type KdaConfig } from "./kda/config.ts";
 export {
-  DEFAULT_CHUNK_SIZE,
+  DEFAULT_CHUNK_SIZES,
   kda,
   type KdaInputs,
   type KdaOptions,
@@ -69,5 +69,13 @@ export {
   type TritonNameMapping,
 } from "./kda/state_dict.ts";
 export { kdaStep, type KdaStepOptions, type KdaStepResult, type KdaStepToken } from "./kda/step.ts";
+export {
+  gpuDiagnostics,
+  GpuError,
+  type GpuErrorKind,
+  type GpuInfo,
+  type GpuStatus,
+  gpuStatus,
+} from "./kda/gpu/mod.ts";
 export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
 export { type Tensor } from "./tape/mod.ts";

@@ -1,35 +1,131 @@
-// Wall-clock benchmark of the `gpu` arm: per shape, the median time of one forward call and of one
-// forward+backward pair (each call is one submit and one readback, so small shapes measure mostly
-// Deno's ~10 ms host round trip), and the throughput derived from it.
+// Benchmark of the `gpu` arm, per shape:
+//   - the GPU kernel time of each stage and their total (timestamp queries, one compute pass per
+//     stage, when the adapter has `timestamp-query`), steady state: the stages run REPEAT times
+//     back to back in one submit and each stage's median is kept (single-submit times, with a
+//     readback between runs, are recorded too);
+//   - host wall-clock with the inputs already on the GPU (one submit + one readback), and end to
+//     end from typed arrays (gpuForward, gpuForward + gpuBackward: upload, run, read back);
+//   - effective TFLOP/s (formula below) and GB/s against the bytes that must move.
+// Writes bench/results/<adapter-slug>-<YYYY-MM-DD>.json; bench/report.ts turns every results
+// file into bench/results/REPORT.md and the SVG charts.
 //
-// Run: deno run --allow-env --allow-read bench/gpu.ts   (deno task bench:gpu)
+// Run: deno run --allow-env --allow-read --allow-write bench/gpu.ts [--quick] [--runs=N]
+//   --quick   a small subset with few runs (for the software adapter: minutes, not hours)
+//   --groups=issue,sweep,chunk   only these groups of shapes
 
-import type { ChunkSize, RawKda } from "../kda/_types.ts";
-import { gpuBackward, gpuForward, gpuStatus, gpuUnsupportedReason } from "../kda/gpu.ts";
+import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
+import { gpuBackward, gpuForward, gpuStatus, gpuUnsupportedReason } from "../kda/gpu/mod.ts";
+import { getContext } from "../kda/gpu/device.ts";
+import { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
+import { BACKWARD_STAGES, FORWARD_STAGES } from "../kda/gpu/layout.ts";
 
-interface BenchShape {
-  name: string;
+/** One benchmarked problem. */
+export interface BenchShape {
+  /** Group of the shape in the report ("issue", "sweep", "chunk"). */
+  group: string;
   B: number;
   T: number;
   H: number;
   K: number;
   V: number;
-  chunkSize: ChunkSize;
+  C: ChunkSize;
 }
 
-const SHAPES: BenchShape[] = [
-  { name: "default config", B: 2, T: 256, H: 2, K: 32, V: 32, chunkSize: 16 },
-  { name: "long heads", B: 1, T: 4096, H: 2, K: 128, V: 128, chunkSize: 64 },
-  { name: "long heads, C=16", B: 1, T: 4096, H: 2, K: 128, V: 128, chunkSize: 16 },
-  { name: "large", B: 8, T: 4096, H: 16, K: 128, V: 128, chunkSize: 64 },
+const FULL: BenchShape[] = [
+  { group: "issue", B: 2, T: 256, H: 2, K: 32, V: 32, C: 16 },
+  { group: "issue", B: 1, T: 4096, H: 2, K: 128, V: 128, C: 64 },
+  { group: "issue", B: 4, T: 4096, H: 16, K: 128, V: 128, C: 64 },
+  { group: "issue", B: 8, T: 4096, H: 16, K: 128, V: 128, C: 64 },
+  ...[1024, 2048, 4096, 8192, 16384].map((T) => ({
+    group: "sweep",
+    B: 1,
+    T,
+    H: 16,
+    K: 128,
+    V: 128,
+    C: 64 as ChunkSize,
+  })),
+  ...([16, 32] as ChunkSize[]).map((C) => ({
+    group: "chunk",
+    B: 4,
+    T: 4096,
+    H: 16,
+    K: 128,
+    V: 128,
+    C,
+  })),
 ];
 
-// Enough calls for a stable median without spending more than a few seconds per shape.
-const WARMUP = 2;
-const MAX_RUNS = 20;
-const TIME_BUDGET_MS = 6000;
+const QUICK: BenchShape[] = [
+  { group: "issue", B: 2, T: 256, H: 2, K: 32, V: 32, C: 16 },
+  { group: "issue", B: 1, T: 4096, H: 2, K: 128, V: 128, C: 64 },
+  ...[1024, 2048].map((T) => ({
+    group: "sweep",
+    B: 1,
+    T,
+    H: 2,
+    K: 128,
+    V: 128,
+    C: 64 as ChunkSize,
+  })),
+  ...([16, 32] as ChunkSize[]).map((C) => ({
+    group: "chunk",
+    B: 1,
+    T: 4096,
+    H: 2,
+    K: 128,
+    V: 128,
+    C,
+  })),
+];
 
-function randomInputs(s: BenchShape, seed: number): RawKda {
+/**
+ * Useful multiply-adds of the chunked forward per chunk (docs 2.2), at C tokens, K, V:
+ * L and P (lower triangles, C²K/2 each), T = (I+L)^-1 (C³/6), W (C²K/2), U (C²V/2),
+ * Vn = U − W S (CKV), O = Qg S + P Vn (CKV + C²V/2), S' = γS + Kdᵀ Vn (CKV).
+ *
+ * @param s The shape.
+ * @returns FLOPs (2 per multiply-add) of one forward.
+ */
+export function forwardFlops(s: BenchShape): number {
+  const { B, T, H, K, V, C } = s;
+  const macs = 3 * C * K * V + 1.5 * C * C * K + C * C * V + (C * C * C) / 6;
+  return 2 * macs * B * H * Math.ceil(T / C);
+}
+
+/**
+ * Useful multiply-adds of the chunked backward per chunk (docs 2.3): the recomputed Vn (CKV);
+ * dKd, dVn, dQΓ, dS (two terms) and dW (5 CKV); dP and Pᵀ dO (C²V); dT (C²K/2 + C²V/2), dKβ
+ * (C²K/2), dVβ (C²V/2); dL = −Tᵀ dT Tᵀ (C³/3); the pairwise pieces XL, XP and the four row and
+ * column sums of dK, dQ (3 C²K).
+ *
+ * @param s The shape.
+ * @returns FLOPs (2 per multiply-add) of one backward.
+ */
+export function backwardFlops(s: BenchShape): number {
+  const { B, T, H, K, V, C } = s;
+  const macs = 6 * C * K * V + 4 * C * C * K + 2 * C * C * V + (C * C * C) / 3;
+  return 2 * macs * B * H * Math.ceil(T / C);
+}
+
+/**
+ * Bytes that must move: each input read once and each output written once, in f32.
+ *
+ * @param s The shape.
+ * @returns Forward and backward bytes.
+ */
+export function mustMoveBytes(s: BenchShape): { forward: number; backward: number } {
+  const { B, T, H, K, V } = s;
+  const nQK = B * T * H * K, nV = B * T * H * V, nB = B * T * H, nS = B * H * K * V;
+  const inputs = 3 * nQK + nV + nB;
+  return {
+    forward: 4 * (inputs + nV + nS),
+    // inputs and dout in, six gradients out
+    backward: 4 * (inputs + nV + 3 * nQK + nV + nB + nS),
+  };
+}
+
+function randomInputs(s: BenchShape, seed: number): KdaProblem<Float32Array> {
   let state = seed >>> 0;
   const rand = () => {
     state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
@@ -62,73 +158,191 @@ function randomInputs(s: BenchShape, seed: number): RawKda {
   };
 }
 
-function rate(perSecond: number, unit: string): string {
-  const [scale, prefix] = perSecond >= 1e12
-    ? [1e12, "T"]
-    : perSecond >= 1e9
-    ? [1e9, "G"]
-    : perSecond >= 1e6
-    ? [1e6, "M"]
-    : [1e3, "k"];
-  return `${(perSecond / scale).toFixed(2)} ${prefix}${unit}/s`;
-}
+/** Repeats of the stages in the one submit that measures steady-state kernel time. */
+const REPEAT = 8;
 
-async function medianMs(run: () => Promise<void>): Promise<{ median: number; runs: number }> {
-  for (let i = 0; i < WARMUP; i++) await run();
-  const times: number[] = [];
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s[Math.floor(s.length / 2)];
+};
+
+async function timeRuns(
+  runs: number,
+  budgetMs: number,
+  run: () => Promise<number[] | undefined>,
+): Promise<{ wallMs: number; stageMs: number[] | null; totalMinMs: number | null; runs: number }> {
+  await run(); // warm-up (pipelines, first allocations)
+  const walls: number[] = [];
+  const stages: number[][] = [];
   const start = performance.now();
-  while (
-    times.length < MAX_RUNS && (times.length < 3 || performance.now() - start < TIME_BUDGET_MS)
-  ) {
+  while (walls.length < runs && (walls.length < 2 || performance.now() - start < budgetMs)) {
     const t0 = performance.now();
-    await run();
-    times.push(performance.now() - t0);
+    const ns = await run();
+    walls.push(performance.now() - t0);
+    if (ns !== undefined) stages.push(ns);
   }
-  times.sort((a, b) => a - b);
-  return { median: times[Math.floor(times.length / 2)], runs: times.length };
+  const stageMs = stages.length === 0
+    ? null
+    : stages[0].map((_, i) => median(stages.map((s) => s[i])) / 1e6);
+  // the fastest run's total: the GPU's clocks ramp between runs, so the median also carries that
+  const totalMinMs = stages.length === 0
+    ? null
+    : Math.min(...stages.map((s) => s.reduce((a, b) => a + b, 0))) / 1e6;
+  return { wallMs: median(walls), stageMs, totalMinMs, runs: walls.length };
 }
 
-/** Forward flops of the chunked form, counting a multiply-add as two (DESIGN.md 2.2, per chunk). */
-function forwardFlops(s: BenchShape): number {
-  const { B, T, H, K, V, chunkSize: C } = s;
-  const perChunk = 6 * C * K * V + 3 * C * C * K + 2 * C * C * V + (C * C * C) / 3;
-  return B * H * Math.ceil(T / C) * perChunk;
+function slug(text: string): string {
+  return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
 }
 
-const status = await gpuStatus();
-if (!status.available) {
-  console.error(`No GPU: ${status.reason}`);
-  Deno.exit(1);
-}
-console.log(`adapter: ${status.info.description} (vendor ${status.info.vendor})`);
+const fmt = (ms: number | null | undefined) => ms == null ? "—" : ms.toFixed(ms < 10 ? 3 : 1);
 
-for (const shape of SHAPES) {
-  const { B, T, H, K, V, chunkSize } = shape;
-  const label = `${shape.name.padEnd(16)} B=${B} T=${T} H=${H} K=${K} V=${V} C=${chunkSize}`;
-  const reason = gpuUnsupportedReason(shape, chunkSize);
-  if (reason !== null) {
-    console.log(`${label}: skipped (${reason})`);
-    continue;
+/** Runs the benchmark; returns the results object written to JSON. */
+async function main(): Promise<void> {
+  const quick = Deno.args.includes("--quick");
+  const runsArg = Deno.args.find((a) => a.startsWith("--runs="));
+  const runs = runsArg ? Number(runsArg.slice(7)) : quick ? 3 : 10;
+  const budgetMs = quick ? 20000 : 8000;
+  const status = await gpuStatus();
+  if (!status.available) {
+    console.error(`No GPU: ${status.reason}`);
+    Deno.exit(1);
   }
-  const x = randomInputs(shape, 1);
-  const dout = new Float32Array(B * T * H * V).fill(0.01);
-  try {
-    const fwd = await medianMs(async () => {
-      await gpuForward(x, { chunkSize });
-    });
-    const both = await medianMs(async () => {
-      const { saved } = await gpuForward(x, { chunkSize, saveForBackward: true });
-      await gpuBackward(saved!, { dout });
-    });
-    const tokens = B * T;
-    const flops = forwardFlops(shape) / (fwd.median * 1e-3);
-    console.log(
-      `${label}: forward ${fwd.median.toFixed(2)} ms (${rate(tokens / fwd.median * 1e3, "tok")}, ` +
-        `~${rate(flops, "FLOP")}, median of ${fwd.runs}); forward+backward ` +
-        `${both.median.toFixed(2)} ms (${rate(tokens / both.median * 1e3, "tok")}, ` +
-        `median of ${both.runs})`,
-    );
-  } catch (error) {
-    console.log(`${label}: failed (${error instanceof Error ? error.message : error})`);
+  const info = status.info;
+  console.log(
+    `adapter: ${info.description} (vendor ${info.vendor}, software ${info.software}, ` +
+      `timestamps ${info.timestamps})${quick ? ", quick subset" : ""}`,
+  );
+  const groupsArg = Deno.args.find((a) => a.startsWith("--groups="));
+  const groups = groupsArg ? groupsArg.slice(9).split(",") : null;
+  const shapes = (quick ? QUICK : FULL).filter((s) => groups === null || groups.includes(s.group));
+  const results: Record<string, unknown>[] = [];
+  for (const s of shapes) {
+    const { B, T, H, K, V, C } = s;
+    const label = `(${B}, ${T}, ${H}, ${K}) C=${C}`;
+    const reason = gpuUnsupportedReason(s, C);
+    if (reason !== null) {
+      console.log(`${label}: skipped (${reason})`);
+      results.push({ ...s, skipped: reason });
+      continue;
+    }
+    try {
+      const x = randomInputs(s, 1);
+      const dout = new Float32Array(B * T * H * V).fill(0.01);
+      // end to end from typed arrays
+      const e2eFwd = await timeRuns(runs, budgetMs, async () => {
+        await gpuForward(x, { chunkSize: C });
+        return undefined;
+      });
+      const e2eBoth = await timeRuns(runs, budgetMs, async () => {
+        const { saved } = await gpuForward(x, { chunkSize: C, saveForBackward: true });
+        await gpuBackward(saved!, { dout });
+        saved!.release();
+        return undefined;
+      });
+      // inputs resident: one submit + one readback per run, stages timed on the GPU
+      const ctx = await getContext();
+      const fjob = await ForwardJob.create(ctx, x, { chunkSize: C, saveForBackward: true });
+      let fwd, bwd;
+      // steady-state kernel time: the stages REPEAT times back to back in one submit (no
+      // readback between, so the GPU's clocks settle), median per stage; run twice, keep the last
+      let fwdSteady: number[] | undefined, bwdSteady: number[] | undefined;
+      const steady = { repeat: REPEAT, readData: false };
+      try {
+        fwd = await timeRuns(runs, budgetMs, async () => (await fjob.run(true)).stageNs);
+        for (let i = 0; i < 2; i++) fwdSteady = (await fjob.run(steady)).stageNs;
+        const saved = fjob.takeSaved();
+        try {
+          const bjob = await BackwardJob.create(saved, dout, undefined, false);
+          try {
+            bwd = await timeRuns(runs, budgetMs, async () => (await bjob.run(true)).stageNs);
+            for (let i = 0; i < 2; i++) bwdSteady = (await bjob.run(steady)).stageNs;
+          } finally {
+            bjob.destroy();
+          }
+        } finally {
+          saved.release();
+        }
+      } finally {
+        fjob.destroy();
+      }
+      const sum = (xs: number[] | null | undefined) => xs ? xs.reduce((a, b) => a + b, 0) : null;
+      const steadyMs = [...(fwdSteady ?? []), ...(bwdSteady ?? [])].map((ns) => ns / 1e6);
+      const kFwd = fwdSteady ? sum(fwdSteady)! / 1e6 : null;
+      const kBwd = bwdSteady ? sum(bwdSteady)! / 1e6 : null;
+      const flops = { forward: forwardFlops(s), backward: backwardFlops(s) };
+      const bytes = mustMoveBytes(s);
+      const tflops = (f: number, ms: number | null) => ms === null ? null : f / (ms * 1e-3) / 1e12;
+      const gbps = (b: number, ms: number | null) => ms === null ? null : b / (ms * 1e-3) / 1e9;
+      const r = {
+        ...s,
+        kernelMs: {
+          forward: kFwd,
+          backward: kBwd,
+          total: kFwd !== null && kBwd !== null ? kFwd + kBwd : null,
+          repeat: REPEAT,
+          stages: Object.fromEntries(
+            [...FORWARD_STAGES, ...BACKWARD_STAGES].map((st, i) => [st, steadyMs[i] ?? null]),
+          ),
+        },
+        // the same stages timed in single submits with a readback between (clocks may drop)
+        singleSubmitKernelMs: {
+          forward: sum(fwd.stageMs),
+          backward: sum(bwd.stageMs),
+          forwardMin: fwd.totalMinMs,
+          backwardMin: bwd.totalMinMs,
+        },
+        residentMs: { forward: fwd.wallMs, backward: bwd.wallMs },
+        endToEndMs: { forward: e2eFwd.wallMs, forwardBackward: e2eBoth.wallMs },
+        runs: { e2e: e2eFwd.runs, resident: fwd.runs },
+        flops,
+        tflops: {
+          forward: tflops(flops.forward, kFwd),
+          forwardBackward: tflops(
+            flops.forward + flops.backward,
+            kFwd !== null && kBwd !== null ? kFwd + kBwd : null,
+          ),
+        },
+        bytes,
+        gbps: { forward: gbps(bytes.forward, kFwd), backward: gbps(bytes.backward, kBwd) },
+      };
+      results.push(r);
+      const st = r.kernelMs.stages as Record<string, number | null>;
+      console.log(
+        `${label}: kernel fwd ${fmt(kFwd)} ms [${
+          FORWARD_STAGES.map((n) => `${n} ${fmt(st[n])}`).join(", ")
+        }], bwd ${fmt(kBwd)} ms [${BACKWARD_STAGES.map((n) => `${n} ${fmt(st[n])}`).join(", ")}]`,
+      );
+      console.log(
+        `    resident wall fwd ${fmt(fwd.wallMs)} / bwd ${fmt(bwd.wallMs)} ms; end to end fwd ` +
+          `${fmt(e2eFwd.wallMs)} / fwd+bwd ${fmt(e2eBoth.wallMs)} ms; ` +
+          `${r.tflops.forward?.toPrecision(3) ?? "—"} TFLOP/s fwd, ` +
+          `${r.tflops.forwardBackward?.toPrecision(3) ?? "—"} fwd+bwd; ` +
+          `${r.gbps.forward?.toPrecision(3) ?? "—"} GB/s fwd (kernel time vs must-move bytes); ` +
+          `single-submit kernel fwd ${fmt(r.singleSubmitKernelMs.forward)} / bwd ` +
+          `${fmt(r.singleSubmitKernelMs.backward)} ms`,
+      );
+    } catch (error) {
+      const why = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      console.log(`${label}: failed (${why})`);
+      results.push({ ...s, failed: why });
+    }
   }
+  const date = new Date().toISOString().slice(0, 10);
+  const dir = new URL("./results/", import.meta.url);
+  await Deno.mkdir(dir, { recursive: true });
+  const name = Deno.env.get("KDA_BENCH_OUT") ??
+    new URL(`${slug(info.description)}-${date}.json`, dir).pathname;
+  const doc = {
+    adapter: info,
+    date: new Date().toISOString(),
+    deno: Deno.version.deno,
+    quick,
+    runs,
+    results,
+  };
+  await Deno.writeTextFile(name, JSON.stringify(doc, null, 2) + "\n");
+  console.log(`wrote ${name}`);
 }
+
+if (import.meta.main) await main();

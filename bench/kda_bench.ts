@@ -3,7 +3,7 @@
 
 import { type KdaInputs, KdaModule, kdaVjp } from "../mod.ts";
 import { mulberry32, normal } from "../kda/_random.ts";
-import { gpuStatus } from "../kda/gpu.ts";
+import { gpuStatus } from "../kda/gpu/mod.ts";
 import { kdaStep } from "../kda/step.ts";
 
 function inputs(B: number, T: number, H: number, K: number, V: number, f32 = false): KdaInputs {

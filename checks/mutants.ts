@@ -25,7 +25,9 @@ function eachInChunk(
 ): void {
   const r = request as KdaRequest;
   const X = r[width];
-  const t0 = chunk * r.chunkSize, t1 = Math.min(r.T, t0 + r.chunkSize);
+  // The layer always names its chunk size (config.chunkSize), so the request carries it.
+  const C = r.chunkSize!;
+  const t0 = chunk * C, t1 = Math.min(r.T, t0 + C);
   for (let b = 0; b < r.B; b++) {
     for (let t = t0; t < t1; t++) {
       for (let i = 0; i < r.H * X; i++) fn(((b * r.T + t) * r.H) * X + i);

@@ -279,7 +279,8 @@ export function checkKdaCotangents(
 /** The validated options of one op call. */
 export interface CheckedOptions {
   arm?: string;
-  chunkSize: ChunkSize;
+  /** Absent: each chunked arm takes its measured default (DEFAULT_CHUNK_SIZES). */
+  chunkSize?: ChunkSize;
   strict?: boolean;
   quiet?: boolean;
 }
@@ -288,16 +289,15 @@ export interface CheckedOptions {
  * Validates the options of `kda`/`kdaVjp` (the arm name is checked by the seam, against its arms).
  *
  * @param options What the caller passed.
- * @param defaultChunkSize The chunk size when none is given.
- * @returns The options with the chunk size resolved.
+ * @returns The options, checked.
  */
-export function checkKdaOptions(options: unknown, defaultChunkSize: ChunkSize): CheckedOptions {
+export function checkKdaOptions(options: unknown): CheckedOptions {
   const o = checkObject("options", options);
   checkKnownKeys("options", o, ["arm", "chunkSize", "strict", "quiet"]);
   return {
     arm: o.arm === undefined ? undefined : o.arm as string,
     chunkSize: o.chunkSize === undefined
-      ? defaultChunkSize
+      ? undefined
       : checkChunkSize("options.chunkSize", o.chunkSize),
     strict: checkOptionalBoolean("options.strict", o.strict),
     quiet: checkOptionalBoolean("options.quiet", o.quiet),
@@ -390,6 +390,6 @@ export function checkKdaStep(
 export function checkStepOptions(options: unknown): Omit<CheckedOptions, "chunkSize"> {
   const o = checkObject("options", options);
   checkKnownKeys("options", o, ["arm", "strict", "quiet"]);
-  const { chunkSize: _, ...rest } = checkKdaOptions(o, 16);
+  const { chunkSize: _, ...rest } = checkKdaOptions(o);
   return rest;
 }

@@ -26,7 +26,13 @@ import type { Arm, ChunkSize, Float, KdaDims, KdaLayout, KdaProblem } from "./_t
 import { headDimProblem } from "./_check.ts";
 import { recurrentKda } from "./recurrent.ts";
 import { chunkBackward, chunkForward } from "./chunk.ts";
-import { gpuBackward, gpuForward, type GpuSaved, gpuStatus, gpuUnsupportedReason } from "./gpu.ts";
+import {
+  gpuBackward,
+  gpuForward,
+  type GpuSaved,
+  gpuStatus,
+  gpuUnsupportedReason,
+} from "./gpu/mod.ts";
 import { longestSequence, padProblem, padRows, unpadRows } from "./varlen.ts";
 import { stepForward } from "./_step_math.ts";
 
@@ -38,11 +44,21 @@ import { stepForward } from "./_step_math.ts";
 export interface KdaRequest extends KdaDims, KdaLayout {
   /** The resolved query scale. */
   scale: number;
-  /** Chunk size of the chunked arms. */
-  chunkSize: ChunkSize;
+  /** Chunk size of the chunked arms; absent, each takes its default (DEFAULT_CHUNK_SIZES). */
+  chunkSize?: ChunkSize;
   /** A decode step (docs/kda.md 2.7): T = 1, inference only. */
   step?: boolean;
 }
+
+/**
+ * The chunk size each chunked arm runs when a call names none, picked by measurement: the cpu arm
+ * is fastest at 16 (its C² work is on one core), the gpu arm at 64 (H200, bench/results/REPORT.md:
+ * fwd+bwd 38.8 ms at C=64 against 39.6 at 32 and 56.9 at 16 for (4, 4096, 16, 128)).
+ */
+export const DEFAULT_CHUNK_SIZES: Readonly<{ cpu: ChunkSize; gpu: ChunkSize }> = Object.freeze({
+  cpu: 16,
+  gpu: 64,
+});
 
 /** The op's inputs in the order the arms take them. */
 export type KdaInputList<A> = [A, A, A, A, A, A | undefined];
@@ -136,7 +152,7 @@ const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
       const { o, ht } = stepForward(problem);
       return { outputs: [o, ht] };
     }
-    const { chunkSize } = request;
+    const chunkSize = request.chunkSize ?? DEFAULT_CHUNK_SIZES.cpu;
     const { o, ht, states } = chunkForward(problem, { chunkSize, saveStates: save });
     return { outputs: [o, ht], saved: save ? { problem, states: states!, chunkSize } : undefined };
   },
@@ -184,7 +200,7 @@ const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
     const status = await gpuStatus();
     if (!status.available) return `the gpu arm is unavailable: ${status.reason}`;
     const { cuSeqlens: _, ...dimsOnGpu } = gpuDims(request);
-    return gpuUnsupportedReason(dimsOnGpu, request.chunkSize);
+    return gpuUnsupportedReason(dimsOnGpu, request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu);
   },
   async forward(request, inputs, save) {
     // The kernels know no packed layout, so a packed batch runs as a padded [N, Tmax] batch whose
@@ -195,7 +211,7 @@ const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
       ? { problem: packed, Tmax: packed.T }
       : padProblem(packed) as { problem: KdaProblem<Float32Array>; Tmax: number };
     const { o, ht, saved } = await gpuForward(problem, {
-      chunkSize: request.chunkSize,
+      chunkSize: request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu,
       saveForBackward: save,
     });
     const { H, K, V } = request;

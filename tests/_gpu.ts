@@ -1,7 +1,7 @@
 // Gating shared by every test that needs the GPU: without an adapter such a test prints why and is
 // ignored, unless KDA_REQUIRE_GPU=1 (as CI sets it), which makes it fail instead of skipping.
 
-import { gpuStatus } from "../kda/gpu.ts";
+import { gpuStatus } from "../kda/gpu/mod.ts";
 
 /** The adapter, or why there is none, read once per test file. */
 export const status: Awaited<ReturnType<typeof gpuStatus>> = await gpuStatus();

@@ -8,7 +8,7 @@
 // write cannot pass as a zero.
 
 import assert from "node:assert/strict";
-import type { ChunkSize, RawGrads, RawKda } from "../kda/_types.ts";
+import type { ChunkSize, KdaGrads, KdaProblem } from "../kda/_types.ts";
 import { chunkBackward, chunkForward } from "../kda/chunk.ts";
 import {
   gpuBackward,
@@ -16,7 +16,7 @@ import {
   gpuLiveBuffers,
   gpuStatus,
   gpuUnsupportedReason,
-} from "../kda/gpu.ts";
+} from "../kda/gpu/mod.ts";
 import {
   type KdaShape,
   mulberry32,
@@ -28,6 +28,15 @@ import {
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
 reportMissingGpu("gpu_test");
+
+/** randomKda drawn in f32 (its type says Float; the arrays are Float32Array). */
+function randomKda32(
+  shape: KdaShape,
+  seed: number,
+  options: Parameters<typeof randomKda>[2] = {},
+): KdaProblem<Float32Array> {
+  return randomKda(shape, seed, { ...options, dtype: "f32" }) as KdaProblem<Float32Array>;
+}
 
 const GRAD_NAMES = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
 const LN_09 = Math.log(0.9);
@@ -90,9 +99,9 @@ interface Case {
   seed: number;
 }
 
-function draw(c: Case): { x: RawKda; dout: Float32Array; dht?: Float32Array } {
+function draw(c: Case): { x: KdaProblem<Float32Array>; dout: Float32Array; dht?: Float32Array } {
   const { B, T, H, K, V } = c.shape;
-  const x = randomKda(c.shape, c.seed, {
+  const x = randomKda32(c.shape, c.seed, {
     gateMin: c.gateMin,
     gateMax: c.gateMax,
     withH0: c.withH0,
@@ -104,18 +113,19 @@ function draw(c: Case): { x: RawKda; dout: Float32Array; dht?: Float32Array } {
 }
 
 async function runGpu(
-  x: RawKda,
+  x: KdaProblem<Float32Array>,
   chunkSize: ChunkSize,
   dout: Float32Array,
   dht: Float32Array | undefined,
-): Promise<{ o: Float32Array; ht: Float32Array; grads: RawGrads }> {
+): Promise<{ o: Float32Array; ht: Float32Array; grads: KdaGrads }> {
   const { o, ht, saved } = await gpuForward(x, {
     chunkSize,
     saveForBackward: true,
     prefillNaN: true,
   });
   const grads = await gpuBackward(saved!, { dout, ...(dht ? { dht } : {}) }, { prefillNaN: true });
-  assert.equal(saved!.released, true);
+  assert.equal(saved!.released, false);
+  saved!.release();
   return { o, ht, grads };
 }
 
@@ -131,7 +141,7 @@ async function compare(
   const x64 = toF64(x);
   const cot = { dout: Float64Array.from(dout), ...(dht ? { dht: Float64Array.from(dht) } : {}) };
   let ref: { o: ArrayLike<number>; ht: ArrayLike<number> };
-  let refGrads: RawGrads;
+  let refGrads: KdaGrads;
   if (viaChunk) {
     const fwd = chunkForward(x64, { chunkSize: 64, saveStates: true });
     ref = fwd;
@@ -345,7 +355,7 @@ gpuTest("concurrent calls give the same bits as consecutive ones", async () => {
 
 gpuTest("two separate processes give bit-identical outputs and gradients", async () => {
   const here = await determinismHash();
-  const gpuUrl = new URL("../kda/gpu.ts", import.meta.url).href;
+  const gpuUrl = new URL("../kda/gpu/mod.ts", import.meta.url).href;
   const script = `
     import { gpuBackward, gpuForward } from ${JSON.stringify(gpuUrl)};
     import { mulberry32, randomKda } from ${
@@ -390,12 +400,13 @@ gpuTest(
   "gpuLiveBuffers() returns to its starting value after 1,000 forward+backward calls",
   async () => {
     const shape = { B: 1, T: 3, H: 1, K: 4, V: 4 };
-    const x = randomKda(shape, 5, { withH0: true, dtype: "f32" });
+    const x = randomKda32(shape, 5, { withH0: true, dtype: "f32" });
     const dout = randomF32(12, 6);
     const start = gpuLiveBuffers();
     for (let i = 0; i < 1000; i++) {
       const { saved } = await gpuForward(x, { chunkSize: 16, saveForBackward: true });
       await gpuBackward(saved!, { dout });
+      saved!.release();
     }
     // The other ways a handle ends: released without a backward, and never saved at all.
     const { saved } = await gpuForward(x, { chunkSize: 16, saveForBackward: true });
@@ -409,28 +420,27 @@ gpuTest(
 
 gpuTest("bad inputs and shapes over a device limit throw clear errors", async () => {
   const shape = { B: 1, T: 5, H: 1, K: 4, V: 4 };
-  const x = randomKda(shape, 8, { dtype: "f32" });
+  const x = randomKda32(shape, 8);
   const start = gpuLiveBuffers();
   await assert.rejects(
-    gpuForward(toF64(x), { chunkSize: 16 }),
+    gpuForward(toF64(x) as unknown as KdaProblem<Float32Array>, { chunkSize: 16 }),
     (e: unknown) =>
-      e instanceof TypeError &&
-      /Argument q must be a Float32Array, got Float64Array/.test(e.message),
+      e instanceof TypeError && /^q must be a Float32Array: got Float64Array$/.test(e.message),
   );
   await assert.rejects(
     gpuForward({ ...x, v: new Float32Array(3) }, { chunkSize: 16 }),
     (e: unknown) =>
-      e instanceof RangeError && /Argument v must have length B·T·H·V = 20, got 3/.test(e.message),
+      e instanceof RangeError && /^v must have 20 elements \[B, T, H, V\]: got 3$/.test(e.message),
   );
   await assert.rejects(
     gpuForward(x, { chunkSize: 8 as ChunkSize }),
     (e: unknown) =>
-      e instanceof RangeError && /chunkSize must be 16, 32 or 64, got 8/.test(e.message),
+      e instanceof RangeError && /^chunkSize must be 16, 32 or 64: got 8$/.test(e.message),
   );
   const wide = { B: 1, T: 2, H: 1, K: 257, V: 4 };
-  assert.match(gpuUnsupportedReason(wide, 16) ?? "", /K must be at most 256, got 257/);
+  assert.match(gpuUnsupportedReason(wide, 16) ?? "", /^K must be at most 256: got 257$/);
   await assert.rejects(
-    gpuForward({ ...randomKda(wide, 9, { dtype: "f32" }) }, { chunkSize: 16 }),
+    gpuForward(randomKda32(wide, 9), { chunkSize: 16 }),
     (e: unknown) => e instanceof RangeError && /K must be at most 256/.test(e.message),
   );
   // Over the storage binding limit: refused before any array is read, never truncated.
@@ -453,17 +463,123 @@ gpuTest("bad inputs and shapes over a device limit throw clear errors", async ()
     gpuBackward(saved!, { dout: new Float32Array(7) }),
     (e: unknown) =>
       e instanceof RangeError &&
-      /Argument dout must have length B·T·H·V = 20, got 7/.test(e.message),
+      /^dout must have 20 elements \[B, T, H, V\]: got 7$/.test(e.message),
   );
-  // A failed backward still consumes the handle; a second use is refused.
-  assert.equal(saved!.released, true);
+  // A refused backward leaves the handle usable; after release() a backward names the cause.
+  assert.equal(saved!.released, false);
+  await gpuBackward(saved!, { dout: new Float32Array(20) });
+  saved!.release();
   await assert.rejects(
     gpuBackward(saved!, { dout: new Float32Array(20) }),
-    (e: unknown) => e instanceof Error && /already released/.test(e.message),
+    (e: unknown) =>
+      e instanceof Error && /the tape that recorded the forward was disposed/.test(e.message),
   );
   await assert.rejects(
     gpuBackward({ release() {}, released: false }, { dout: new Float32Array(20) }),
     (e: unknown) => e instanceof TypeError && /handle returned by gpuForward/.test(e.message),
   );
   assert.equal(gpuLiveBuffers(), start);
+});
+
+// ---- issue 8 regressions ----
+
+function sameBits(label: string, a: Float32Array, b: Float32Array): void {
+  assert.equal(a.length, b.length, `${label}: lengths differ`);
+  const wa = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const wb = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  for (let i = 0; i < wa.length; i++) {
+    if (wa[i] !== wb[i]) throw new Error(`${label}[${i}] differs in its bits`);
+  }
+}
+
+gpuTest(
+  "defect 1: concurrent gpuBackward calls on one saved forward equal sequential calls bit for bit",
+  async () => {
+    const { x, dout } = draw(DETERMINISM_CASE);
+    const { B, T, H, K, V } = DETERMINISM_CASE.shape;
+    const douts = [dout, randomF32(B * T * H * V, 101), randomF32(B * T * H * V, 102)];
+    const dhts = [undefined, randomF32(B * H * K * V, 103), undefined];
+    const cot = (i: number) => ({ dout: douts[i], ...(dhts[i] ? { dht: dhts[i] } : {}) });
+    const { saved } = await gpuForward(x, { chunkSize: 16, saveForBackward: true });
+    const sequential: KdaGrads<Float32Array>[] = [];
+    for (let i = 0; i < 3; i++) sequential.push(await gpuBackward(saved!, cot(i)));
+    for (let round = 0; round < 3; round++) {
+      const concurrent = await Promise.all(
+        [0, 1, 2, 0, 1, 2].map((i) => gpuBackward(saved!, cot(i))),
+      );
+      concurrent.forEach((grads, j) => {
+        for (const name of GRAD_NAMES) {
+          sameBits(`round ${round} call ${j} ${name}`, grads[name], sequential[j % 3][name]);
+        }
+      });
+    }
+    saved!.release();
+  },
+);
+
+gpuTest("defect 2: a second gpuBackward on the same saved forward works and agrees", async () => {
+  const { x, dout, dht } = draw(DETERMINISM_CASE);
+  const start = gpuLiveBuffers();
+  const { saved } = await gpuForward(x, { chunkSize: 16, saveForBackward: true });
+  const first = await gpuBackward(saved!, { dout, dht });
+  assert.equal(saved!.released, false);
+  const second = await gpuBackward(saved!, { dout, dht });
+  for (const name of GRAD_NAMES) sameBits(name, second[name], first[name]);
+  // release() during a backward defers the free until that backward ends
+  const pending = gpuBackward(saved!, { dout, dht });
+  saved!.release();
+  const third = await pending;
+  for (const name of GRAD_NAMES) sameBits(name, third[name], first[name]);
+  assert.equal(gpuLiveBuffers(), start);
+});
+
+gpuTest("defect 6: every returned array owns its own ArrayBuffer", async () => {
+  const { x, dout, dht } = draw(DETERMINISM_CASE);
+  const { o, ht, saved } = await gpuForward(x, { chunkSize: 16, saveForBackward: true });
+  const grads = await gpuBackward(saved!, { dout, dht });
+  saved!.release();
+  const arrays = [o, ht, ...GRAD_NAMES.map((n) => grads[n])];
+  for (const a of arrays) {
+    assert.equal(a.byteOffset, 0);
+    assert.equal(a.buffer.byteLength, a.byteLength);
+  }
+  assert.equal(new Set(arrays.map((a) => a.buffer)).size, arrays.length);
+  const htCopy = ht.slice();
+  (o.buffer as ArrayBuffer).transfer(); // detaches o only
+  sameBits("ht after transferring o", ht, htCopy);
+});
+
+gpuTest("defect 7: a scale that is not finite in f32 is refused with a named reason", async () => {
+  const x = randomKda32({ B: 1, T: 2, H: 1, K: 1, V: 1 }, 12);
+  for (const scale of [1e39, -1e39, 1e-50]) {
+    const reason = gpuUnsupportedReason({ B: 1, T: 2, H: 1, K: 1, V: 1, scale }, 16);
+    assert.match(reason ?? "", /^scale must be (finite|representable) in f32: got /);
+    await assert.rejects(
+      gpuForward({ ...x, scale }, { chunkSize: 16 }),
+      (e: unknown) => e instanceof RangeError && /^scale must be/.test(e.message),
+    );
+  }
+  assert.equal(gpuUnsupportedReason({ B: 1, T: 2, H: 1, K: 1, V: 1, scale: 3e38 }, 16), null);
+});
+
+gpuTest("the buffer-limit reason says what fits instead of a larger chunk size", async () => {
+  const s = await gpuStatus();
+  if (!s.available) return;
+  const long = { B: 4, T: 1 << 22, H: 16, K: 128, V: 128 };
+  const reason = gpuUnsupportedReason(long, 64) ?? "";
+  console.log(`  ${reason}`);
+  assert.doesNotMatch(reason, /larger chunk size/);
+  const m1 = reason.match(/longest sequence that fits is T=(\d+)/);
+  assert.ok(m1 !== null, reason);
+  const fitT = Number(m1[1]);
+  assert.equal(gpuUnsupportedReason({ ...long, B: 1, T: fitT }, 64), null);
+  assert.notEqual(gpuUnsupportedReason({ ...long, B: 1, T: fitT + 64 }, 64), null);
+  const wide = { B: 100000, T: 4096, H: 2, K: 32, V: 32 };
+  const big = gpuUnsupportedReason(wide, 16) ?? "";
+  console.log(`  ${big}`);
+  const m2 = big.match(/largest batch that fits is B=(\d+)/);
+  assert.ok(m2 !== null, big);
+  const fitB = Number(m2[1]);
+  assert.equal(gpuUnsupportedReason({ ...wide, B: fitB }, 16), null);
+  assert.notEqual(gpuUnsupportedReason({ ...wide, B: fitB + 1 }, 16), null);
 });

@@ -1,0 +1,125 @@
+// A profile by subtraction: times the gpu arm's stages with one marked section of kda/chunk.wgsl
+// removed at a time ("// ABLATE name {" ... "// ABLATE name }"), so that the drop in a stage's
+// kernel time is that section's cost. The numbers a removed section leaves behind are wrong; only
+// the times mean anything. Needs timestamp queries.
+//
+// Run: deno run --allow-env --allow-read --allow-write bench/ablate.ts [B T H K C] [--runs=N]
+//   (each stage runs N times back to back in one submit; the median per stage is kept)
+//   (default 4 4096 16 128 64); KDA_BENCH_OUT names a JSON file to write.
+
+import type { ChunkSize } from "../kda/_types.ts";
+import { destroyDeviceForTests, getContext, testFaults } from "../kda/gpu/device.ts";
+import { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
+import { BACKWARD_STAGES, FORWARD_STAGES } from "../kda/gpu/layout.ts";
+
+const SECTIONS = [
+  "cumsum",
+  "lp",
+  "factors1",
+  "subst",
+  "wu",
+  "u",
+  "factors2",
+  "bA",
+  "bKg",
+  "bPM",
+  "bdV",
+  "bdT",
+  "bKb",
+  "bC",
+  "bD",
+  "bE",
+  "bF",
+];
+
+/**
+ * Removes the lines of one marked section from the shader text.
+ *
+ * @param code The shader text.
+ * @param name The section.
+ * @returns The text without it.
+ */
+export function ablate(code: string, name: string): string {
+  const begin = code.indexOf(`// ABLATE ${name} {`);
+  const end = code.indexOf(`// ABLATE ${name} }`);
+  if (begin < 0 || end < begin) throw new Error(`No section ${name} in the shader`);
+  return code.slice(0, begin) + code.slice(end);
+}
+
+async function timeOnce(
+  dims: { B: number; T: number; H: number; K: number; V: number },
+  C: ChunkSize,
+  runs: number,
+): Promise<number[]> {
+  const ctx = await getContext();
+  const { B, T, H, K, V } = dims;
+  const fill = (n: number, f: (i: number) => number) =>
+    Float32Array.from({ length: n }, (_, i) => f(i));
+  const x = {
+    ...dims,
+    scale: 1 / Math.sqrt(K),
+    q: fill(B * T * H * K, (i) => Math.sin(i) * 0.1),
+    k: fill(B * T * H * K, (i) => Math.cos(i) * 0.1),
+    v: fill(B * T * H * V, (i) => Math.sin(3 * i) * 0.5),
+    g: fill(B * T * H * K, (i) => -0.1 * ((i * 7919) % 13) / 13),
+    beta: fill(B * T * H, (i) => 0.2 + 0.6 * ((i * 31) % 17) / 17),
+  };
+  const dout = fill(B * T * H * V, (i) => Math.cos(5 * i) * 0.01);
+  const fjob = await ForwardJob.create(ctx, x, { chunkSize: C, saveForBackward: true });
+  const samples: number[][] = [];
+  // steady state: the stages `runs` times back to back in one submit, median per stage
+  const steady = { repeat: runs, readData: false };
+  try {
+    await fjob.run(true);
+    const saved = fjob.takeSaved();
+    try {
+      const bjob = await BackwardJob.create(saved, dout, undefined, false);
+      try {
+        await bjob.run(true);
+        for (let i = 0; i < 2; i++) {
+          const f = (await fjob.run(steady)).stageNs ?? [];
+          const b = (await bjob.run(steady)).stageNs ?? [];
+          samples.push([...f, ...b].map((ns) => ns / 1e6));
+        }
+      } finally {
+        bjob.destroy();
+      }
+    } finally {
+      saved.release();
+    }
+  } finally {
+    fjob.destroy();
+  }
+  return samples[samples.length - 1];
+}
+
+async function main(): Promise<void> {
+  const nums = Deno.args.filter((a) => !a.startsWith("--")).map(Number);
+  const [B, T, H, K, C] = nums.length === 5 ? nums : [4, 4096, 16, 128, 64];
+  const runsArg = Deno.args.find((a) => a.startsWith("--runs="));
+  const runs = runsArg ? Number(runsArg.slice(7)) : 8;
+  const dims = { B, T, H, K, V: K };
+  const stages = [...FORWARD_STAGES, ...BACKWARD_STAGES];
+  const rows: Record<string, unknown>[] = [];
+  let full: number[] = [];
+  for (const section of ["(none)", ...SECTIONS]) {
+    testFaults.shaderTransform = section === "(none)" ? null : (code) => ablate(code, section);
+    destroyDeviceForTests();
+    const ms = await timeOnce(dims, C as ChunkSize, runs);
+    if (section === "(none)") full = ms;
+    const saved = ms.map((m, i) => full[i] - m);
+    rows.push({ section, ms, savedMs: saved });
+    console.log(
+      `${section.padEnd(9)} ${
+        stages.map((s, i) => `${s} ${ms[i].toFixed(2)} (-${saved[i].toFixed(2)})`).join(", ")
+      }`,
+    );
+  }
+  testFaults.shaderTransform = null;
+  const out = Deno.env.get("KDA_BENCH_OUT");
+  if (out !== undefined) {
+    await Deno.writeTextFile(out, JSON.stringify({ B, T, H, K, C, stages, rows }, null, 2) + "\n");
+  }
+}
+
+if (import.meta.main) await main();
