@@ -15,7 +15,7 @@ import type { Arm, Float } from "../kda/_types.ts";
 import type { KdaConfig } from "../kda/config.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
 import { type ProofOptions, provenRun, runProof } from "./prove.ts";
-import { failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
+import { cellText, failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
 import { MUTANTS } from "./mutants.ts";
 import { readSafetensors } from "../io/mod.ts";
 import { checkCandidate, compareCandidates, type Precision } from "./candidate.ts";
@@ -386,8 +386,8 @@ async function candidateMain(path: string, o: {
     r.ok ? "ok" : "FAIL",
   ]);
   if (o.format === "markdown") {
-    console.log(`| ${header.join(" | ")} |\n|${header.map(() => "---").join("|")}|`);
-    for (const c of cells) console.log(`| ${c.join(" | ")} |`);
+    console.log(`| ${header.map(cellText).join(" | ")} |\n|${header.map(() => "---").join("|")}|`);
+    for (const c of cells) console.log(`| ${c.map(cellText).join(" | ")} |`);
   } else {
     const w = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)) + 2);
     console.log(header.map((h, i) => h.padEnd(w[i])).join(""));

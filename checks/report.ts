@@ -5,6 +5,9 @@ import type { ProofReport } from "./prove.ts";
 import type { FdRow } from "./gradients.ts";
 import { formatAgreement } from "./compare.ts";
 
+/** A markdown table cell: its pipes (as in max|grad|) escaped. */
+export const cellText = (s: string): string => s.replace(/\|/g, "\\|");
+
 const e = (x: number, digits = 2) => Number.isNaN(x) ? "NaN" : x.toExponential(digits);
 
 function fdCell(fd: FdRow | null): string {
@@ -84,9 +87,9 @@ export function printReport(
     row.ok ? (row.fd && !row.fd.resolved ? "ok (exact by JVP; FD unresolved)" : "ok") : "FAIL",
   ]);
   if (md) {
-    log(`| ${header.join(" | ")} |`);
+    log(`| ${header.map(cellText).join(" | ")} |`);
     log(`|${header.map(() => "---").join("|")}|`);
-    for (const c of cells) log(`| ${c.join(" | ")} |`);
+    for (const c of cells) log(`| ${c.map(cellText).join(" | ")} |`);
   } else {
     const widths = header.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)) + 2);
     log(header.map((h, i) => h.padEnd(widths[i])).join(""));
@@ -169,9 +172,9 @@ export function printKillTable(
     r.diagnosis,
   ]);
   if (format === "markdown") {
-    log(`| ${header.join(" | ")} |`);
+    log(`| ${header.map(cellText).join(" | ")} |`);
     log(`|${header.map(() => "---").join("|")}|`);
-    for (const c of cells) log(`| ${c.join(" | ")} |`);
+    for (const c of cells) log(`| ${c.map(cellText).join(" | ")} |`);
     return;
   }
   for (const c of cells) log(`${c[1].padEnd(22)}${c[0]}\n${"".padEnd(22)}by ${c[2]}: ${c[3]}`);
