@@ -116,11 +116,3 @@ export interface KdaGrads<A = Float> {
 
 /** The names of the gradients, in the order of the inputs. */
 export const GRAD_NAMES: readonly (keyof KdaGrads)[] = ["dq", "dk", "dv", "dg", "dbeta", "dh0"];
-
-// TRANSITION ALIASES (removed once every file uses the names above).
-/** @deprecated Use KdaProblem. */
-export type RawKda = KdaProblem;
-/** @deprecated Use KdaCotangents. */
-export type RawCotangents = KdaCotangents;
-/** @deprecated Use KdaGrads. */
-export type RawGrads = KdaGrads;

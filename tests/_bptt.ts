@@ -2,14 +2,7 @@
 // loop by loop (no tape, no chunking), its backpropagation through time derived by hand, and a
 // seeded generator of random inputs. Shared by several test files; keep the exported names.
 
-import type {
-  KdaCotangents as RawCotangents,
-  KdaGrads as RawGrads,
-  KdaProblem as RawKda,
-} from "../kda/_types.ts";
-
-// TRANSITION: the seeded inputs moved to tests/_fixtures.ts.
-export { type KdaShape, mulberry32, randomKda, toF64 } from "./_fixtures.ts";
+import type { KdaCotangents, KdaGrads, KdaProblem } from "../kda/_types.ts";
 
 /**
  * The plain KDA recurrence (docs/kda.md 2.1), one token at a time, in f64:
@@ -24,7 +17,7 @@ export { type KdaShape, mulberry32, randomKda, toF64 } from "./_fixtures.ts";
  * const { o, ht } = recurrentForward(randomKda({ B: 1, T: 4, H: 1, K: 2, V: 2 }, 0));
  * ```
  */
-export function recurrentForward(x: RawKda): {
+export function recurrentForward(x: KdaProblem): {
   o: Float64Array;
   ht: Float64Array;
   states: Float64Array;
@@ -90,7 +83,7 @@ export function recurrentForward(x: RawKda): {
  * const grads = recurrentBackward(x, { dout: new Float64Array(8).fill(1) });
  * ```
  */
-export function recurrentBackward(x: RawKda, cotangents: RawCotangents): RawGrads {
+export function recurrentBackward(x: KdaProblem, cotangents: KdaCotangents): KdaGrads {
   const { B, T, H, K, V, scale } = x;
   const KV = K * V;
   const { states } = recurrentForward(x);

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import * as tp from "../tape/mod.ts";
 import { mulberry32 } from "../kda/_random.ts";
-import { agreement } from "./_compare.ts";
+import { agreement } from "./_fixtures.ts";
 
 export { mulberry32 } from "../kda/_random.ts";
 

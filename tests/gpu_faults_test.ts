@@ -17,7 +17,7 @@ import {
   gpuUnsupportedReason,
 } from "../kda/gpu/mod.ts";
 import { destroyDeviceForTests, testFaults } from "../kda/gpu/device.ts";
-import { mulberry32, randomKda } from "./_bptt.ts";
+import { mulberry32, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
 reportMissingGpu("gpu_faults_test");

@@ -17,14 +17,12 @@ import {
   gpuStatus,
   gpuUnsupportedReason,
 } from "../kda/gpu/mod.ts";
-import {
-  type KdaShape,
-  mulberry32,
-  randomKda,
-  recurrentBackward,
-  recurrentForward,
-  toF64,
-} from "./_bptt.ts";
+import { recurrentBackward, recurrentForward } from "./_bptt.ts";
+import { GRAD_NAMES } from "../kda/_types.ts";
+import * as fixtures from "./_fixtures.ts";
+import type { KdaShape } from "./_fixtures.ts";
+
+const { agreement, mulberry32, randomKda, toF64 } = fixtures;
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
 reportMissingGpu("gpu_test");
@@ -38,26 +36,7 @@ function randomKda32(
   return randomKda(shape, seed, { ...options, dtype: "f32" }) as KdaProblem<Float32Array>;
 }
 
-const GRAD_NAMES = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
 const LN_09 = Math.log(0.9);
-
-interface Agreement {
-  ratio: number;
-  maxDiff: number;
-  maxRef: number;
-}
-
-function agreement(a: ArrayLike<number>, b: ArrayLike<number>): Agreement {
-  assert.equal(a.length, b.length);
-  let maxDiff = 0, maxRef = 0;
-  for (let i = 0; i < b.length; i++) {
-    const diff = Math.abs(a[i] - b[i]);
-    // NaN must not vanish into Math.max's comparison
-    maxDiff = diff > maxDiff || Number.isNaN(diff) ? diff : maxDiff;
-    maxRef = Math.max(maxRef, Math.abs(b[i]));
-  }
-  return { ratio: maxDiff / maxRef, maxDiff, maxRef };
-}
 
 /** Fails on any NaN or Inf, read from the exponent bits rather than through float compares. */
 function assertFiniteBits(name: string, a: Float32Array): void {
@@ -71,7 +50,7 @@ function assertFiniteBits(name: string, a: Float32Array): void {
 
 function check(label: string, name: string, a: Float32Array, b: ArrayLike<number>, tol: number) {
   assertFiniteBits(`${label} ${name}`, a);
-  const { ratio, maxDiff, maxRef } = agreement(a, b);
+  const { rel: ratio, absDiff: maxDiff, refMax: maxRef } = agreement(a, b);
   console.log(
     `  ${label} ${name.padEnd(5)} max|a−b|/max|b| = ${ratio.toExponential(2)} ` +
       `(max|a−b| ${maxDiff.toExponential(2)}, max|b| ${maxRef.toExponential(2)}, tol ${tol})`,
@@ -359,7 +338,7 @@ gpuTest("two separate processes give bit-identical outputs and gradients", async
   const script = `
     import { gpuBackward, gpuForward } from ${JSON.stringify(gpuUrl)};
     import { mulberry32, randomKda } from ${
-    JSON.stringify(new URL("./_bptt.ts", import.meta.url).href)
+    JSON.stringify(new URL("./_fixtures.ts", import.meta.url).href)
   };
     const c = ${JSON.stringify(DETERMINISM_CASE)};
     const { B, T, H, K, V } = c.shape;

@@ -17,8 +17,7 @@ import {
 } from "./_tape_check.ts";
 import { recurrentKda } from "../kda/recurrent.ts";
 import { chunkBackward, chunkForward } from "../kda/chunk.ts";
-import { randomKda } from "./_bptt.ts";
-import { agreement } from "./_compare.ts";
+import { agreement, randomKda } from "./_fixtures.ts";
 
 interface Case {
   name: string;

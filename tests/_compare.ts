@@ -1,2 +1,0 @@
-// TRANSITION: moved to tests/_fixtures.ts.
-export { agreement, bitsEqual, Worst } from "./_fixtures.ts";
