@@ -22,19 +22,7 @@
  * @module
  */
 
-export type {
-  Arm,
-  ChunkSize,
-  DType,
-  Float,
-  KdaArrays,
-  KdaCotangents,
-  KdaDims,
-  KdaGrads,
-  KdaLayout,
-  KdaOutputs,
-  PublicFloat,
-} from "./kda/_types.ts";
+export type * from "./kda/_types.ts";
 export { DEFAULT_CONFIG, type KdaConfig } from "./kda/config.ts";
 export {
   DEFAULT_CHUNK_SIZES,

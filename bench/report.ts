@@ -6,6 +6,8 @@
 //
 // Run: deno run --allow-read --allow-write bench/report.ts
 
+import type { BenchShape } from "./gpu.ts";
+
 const STAGES = ["intraChunk", "stateScan", "stateScanBackward", "intraChunkBackward"] as const;
 const COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2"];
 const SERIES_COLORS = ["#4e79a7", "#e15759", "#59a14f", "#b07aa1", "#9c755f", "#edc948"];
@@ -24,14 +26,7 @@ const TARGETS: Record<string, { forward?: number; total: number }> = {
   "2,256,2,32": { total: 1 },
 };
 
-interface Result {
-  group: string;
-  B: number;
-  T: number;
-  H: number;
-  K: number;
-  V: number;
-  C: number;
+interface Result extends BenchShape {
   skipped?: string;
   failed?: string;
   kernelMs?: {
