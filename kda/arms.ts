@@ -52,8 +52,9 @@ export interface KdaRequest extends KdaDims, KdaLayout {
 
 /**
  * The chunk size each chunked arm runs when a call names none, picked by measurement: the cpu arm
- * is fastest at 16 (its C² work is on one core), the gpu arm at 64 (H200, bench/results/REPORT.md:
- * fwd+bwd 38.8 ms at C=64 against 39.6 at 32 and 56.9 at 16 for (4, 4096, 16, 128)).
+ * is fastest at 16 (kdaVjp at B=2, T=256, H=2, K=V=32 in f64: 13.7 ms at C=16, 16.1 at 32, 28.6 at
+ * 64, medians here), the gpu arm at 64 (H200, bench/results/REPORT.md: fwd+bwd 38.8 ms at C=64
+ * against 39.6 at 32 and 56.9 at 16 for (4, 4096, 16, 128)).
  */
 export const DEFAULT_CHUNK_SIZES: Readonly<{ cpu: ChunkSize; gpu: ChunkSize }> = Object.freeze({
   cpu: 16,
