@@ -12,7 +12,7 @@ const STAGES = ["intraChunk", "stateScan", "stateScanBackward", "intraChunkBackw
 const COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2"];
 const SERIES_COLORS = ["#4e79a7", "#e15759", "#59a14f", "#b07aa1", "#9c755f", "#edc948"];
 
-/** Triton chunk_kda (bf16) on the same H200, fwd / fwd+bwd ms (DESIGN 5.1). */
+/** Triton chunk_kda (bf16) on the same H200, fwd / fwd+bwd ms, as measured for issue 9. */
 const TRITON: Record<string, [number, number]> = {
   "2,256,2,32": [1.07, 2.78],
   "1,4096,2,128": [0.66, 2.36],

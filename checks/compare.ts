@@ -1,4 +1,4 @@
-// How numbers are compared (DESIGN.md 4): one agreement metric for tensors, and central
+// How numbers are compared (docs/kda.md 4): one agreement metric for tensors, and central
 // differences whose step and resolution floor are derived from the loss, not guessed.
 
 /** The agreement of `a` with a reference `b`. */

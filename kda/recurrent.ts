@@ -1,4 +1,4 @@
-// The `ops` arm: the plain KDA recurrence (DESIGN.md 2.1) written with primitive tape ops, so the
+// The `ops` arm: the plain KDA recurrence (docs/kda.md 2.1) written with primitive tape ops, so the
 // tape differentiates it with no hand-derived gradient at all. It is the slow, independent
 // reference the chunked arms are checked against.
 
@@ -17,7 +17,7 @@ import {
 } from "../tape/mod.ts";
 import type { KdaDims } from "./_types.ts";
 
-/** The op's inputs as tape tensors, in the layouts of DESIGN.md 2.1. */
+/** The op's inputs as tape tensors, in the layouts of docs/kda.md 2.1. */
 export interface KdaTensors {
   /** Queries [B, T, H, K]. */
   q: Tensor;
