@@ -144,6 +144,21 @@ fn stageBarrier() {
   workgroupBarrier();
 }
 
+// Where a chunk-parallel workgroup works: its batch entry, head, first token and valid rows
+// (intraChunk and intraChunkBackward run one workgroup per (b, h, chunk)).
+struct ChunkAt {
+  b: u32,
+  h: u32,
+  t0: u32,
+  cv: u32,
+}
+
+fn chunkAt(wid: u32) -> ChunkAt {
+  let bh = wid / p.NC;
+  let t0 = (wid % p.NC) * p.C;
+  return ChunkAt(bh / p.H, bh % p.H, t0, min(p.C, p.T - t0));
+}
+
 // ---- forward, chunk-parallel: intraChunk ----
 
 @compute @workgroup_size(256)
@@ -159,12 +174,11 @@ fn intraChunk(
   let K = p.K;
   let V = p.V;
   let C = p.C;
-  let bh = wid / p.NC;
-  let n = wid % p.NC;
-  let b = bh / p.H;
-  let h = bh % p.H;
-  let t0 = n * C;
-  let cv = min(C, p.T - t0);
+  let at = chunkAt(wid);
+  let b = at.b;
+  let h = at.h;
+  let t0 = at.t0;
+  let cv = at.cv;
   let base = wid * workSize();
 
   // gateCumsum: G_r = sum_{s <= r} g_s, per channel, in token order, in fixed point with 40

@@ -164,12 +164,11 @@ fn intraChunkBackward(
   let K = p.K;
   let V = p.V;
   let C = p.C;
-  let bh = wid / p.NC;
-  let n = wid % p.NC;
-  let b = bh / p.H;
-  let h = bh % p.H;
-  let t0 = n * C;
-  let cv = min(C, p.T - t0);
+  let at = chunkAt(wid);
+  let b = at.b;
+  let h = at.h;
+  let t0 = at.t0;
+  let cv = at.cv;
   let base = wid * workSize();
   let sBlock = wid * stateSize();
   let sBase = sBlock + sS();
