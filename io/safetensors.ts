@@ -3,6 +3,8 @@
 // `data_offsets: [begin, end]` relative to the end of the header. Half-precision values (F16, BF16)
 // are widened to f32 exactly on read and rounded to nearest, ties to even, on write.
 
+import { typeName } from "../kda/_check.ts";
+
 /** A tensor element type this module reads. */
 export type SafetensorsDType = "F64" | "F32" | "F16" | "BF16" | "I32" | "I64";
 
@@ -49,13 +51,6 @@ export interface SafetensorsInput {
    * for an Int32Array. F16 and BF16 round to nearest, ties to even.
    */
   readonly dtype?: SafetensorsWriteDType;
-}
-
-function typeName(x: unknown): string {
-  if (x === null) return "null";
-  if (Array.isArray(x)) return "Array";
-  if (typeof x !== "object") return typeof x;
-  return (x as object).constructor?.name ?? "object";
 }
 
 // ---------------------------------------------------------------------------------------------

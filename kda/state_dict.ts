@@ -6,6 +6,7 @@ import { readSafetensors, writeSafetensors } from "../io/safetensors.ts";
 import type { DType } from "./_types.ts";
 import type { KdaConfig } from "./config.ts";
 import { KdaModule } from "./module.ts";
+import { typeName } from "./_check.ts";
 
 /** A state dict: one flat row-major array per parameter group, by group name. */
 export type StateDict = Map<string, Float64Array | Float32Array>;
@@ -33,13 +34,6 @@ export interface LoadStateDictResult {
   missing: string[];
   /** The dict's names that are not groups of the layer (always empty when strict). */
   unexpected: string[];
-}
-
-function typeName(x: unknown): string {
-  if (x === null) return "null";
-  if (Array.isArray(x)) return "Array";
-  if (typeof x !== "object") return typeof x;
-  return (x as object).constructor?.name ?? "object";
 }
 
 function checkLayer(layer: unknown): KdaModule {
