@@ -3,6 +3,7 @@
 // layer proof (prove.ts) uses the row builders; `proveGradients` runs them on anyone's layer.
 
 import { type Data, jvp, Tape, Tensor } from "../tape/mod.ts";
+import { mulberry32 } from "../kda/_random.ts";
 import {
   type CoordinateProbe,
   derivedStep,
@@ -123,15 +124,8 @@ export interface DirectionalRow {
 
 /** A seeded direction of `n` entries, uniform in [−1, 1). */
 export function direction(n: number, seed: number): Float64Array {
-  let a = seed >>> 0;
-  const u = new Float64Array(n);
-  for (let i = 0; i < n; i++) {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    u[i] = 2 * (((t ^ (t >>> 14)) >>> 0) / 4294967296) - 1;
-  }
-  return u;
+  const uniform = mulberry32(seed);
+  return Float64Array.from({ length: n }, () => 2 * uniform() - 1);
 }
 
 /**
