@@ -52,22 +52,6 @@ var<workgroup> wgm: array<f32, SHARED>;
 // most of the 2e-6 output budget at chunk size 64. Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2,
 // then a degree-7 Taylor polynomial (truncation below 1e-8 relative) and an exact scaling by 2^n.
 // Below -103 the result is 0 or a denormal either way; clamping keeps n ln2_hi exact.
-fn decay(x: f32) -> f32 {
-  let xc = clamp(x, -103.0, 88.0);
-  let n = round(xc * 1.4426950408889634);
-  let r = (xc - n * 0.693145751953125) - n * 1.4286068203094172e-6;
-  var poly = 1.0 / 5040.0;
-  poly = poly * r + 1.0 / 720.0;
-  poly = poly * r + 1.0 / 120.0;
-  poly = poly * r + 1.0 / 24.0;
-  poly = poly * r + 1.0 / 6.0;
-  poly = poly * r + 0.5;
-  poly = poly * r + 1.0;
-  poly = poly * r + 1.0;
-  return ldexp(poly, i32(n));
-}
-
-// e^x on four lanes, as decay().
 fn decay4(x: vec4f) -> vec4f {
   let xc = clamp(x, vec4f(-103.0), vec4f(88.0));
   let n = round(xc * 1.4426950408889634);
@@ -83,37 +67,66 @@ fn decay4(x: vec4f) -> vec4f {
   return ldexp(poly, vec4<i32>(n));
 }
 
-// Four consecutive channels d.. of a work row (stride 1), zero past p.K.
-fn workK4(row: u32, d: u32) -> vec4f {
-  var v = vec4f(0.0);
-  if (d < p.K) { v.x = work[row + d]; }
-  if (d + 1u < p.K) { v.y = work[row + d + 1u]; }
-  if (d + 2u < p.K) { v.z = work[row + d + 2u]; }
-  if (d + 3u < p.K) { v.w = work[row + d + 3u]; }
-  return v;
+// e^x of one exponent, as decay4
+fn decay(x: f32) -> f32 {
+  return decay4(vec4f(x)).x;
 }
-// Stores channels d.. of row `row` of a [C, K] work region, skipping a row >= cv.
-fn workStoreK(region: u32, row: u32, d: u32, v: vec4f, cv: u32) {
-  if (row >= cv) {
-    return;
-  }
-  let at = region + row * p.K + d;
-  if (d < p.K) { work[at] = v.x; }
-  if (d + 1u < p.K) { work[at + 1u] = v.y; }
-  if (d + 2u < p.K) { work[at + 2u] = v.z; }
-  if (d + 3u < p.K) { work[at + 3u] = v.w; }
+
+// ---- register tiles ----
+
+// A 4 x 4 register tile is a mat4x4f whose column i holds row i of the block, one vec4 over four
+// columns (or channels): constant indices only, so it stays in registers (a function-scope array
+// indexed at run time would spill). The vec4 loads and stores that fill and empty tiles, one per
+// storage buffer, come from kda/gpu/accessors.ts (workK4, gsAt4, workStoreTri, ...).
+
+// The rows r..r + 3 of a block, clamped to the last valid row for reads.
+fn rows4(r: u32, last: u32) -> vec4u {
+  return min(vec4u(r) + vec4u(0u, 1u, 2u, 3u), vec4u(last));
 }
-// Stores one row of a block of a [C, C] work region for columns s.. < cv, keeping the lower
-// triangle (s <= row, or s < row when strict = 1) and writing zeros above it.
-fn workStoreTri1(region: u32, row: u32, s: u32, v: vec4f, cv: u32, strict: u32) {
-  if (row >= cv) {
-    return;
-  }
-  let at = region + row * p.C + s;
-  if (s < cv) { work[at] = select(0.0, v.x, s + strict <= row); }
-  if (s + 1u < cv) { work[at + 1u] = select(0.0, v.y, s + 1u + strict <= row); }
-  if (s + 2u < cv) { work[at + 2u] = select(0.0, v.z, s + 2u + strict <= row); }
-  if (s + 3u < cv) { work[at + 3u] = select(0.0, v.w, s + 3u + strict <= row); }
+
+// Block blk of a grid of 4 x 4 blocks, nCols blocks to a row: its first row and first column, and
+// its rows and columns clamped to the last valid row for reads (cols only where columns are rows).
+struct Block {
+  r: u32,
+  c: u32,
+  rows: vec4u,
+  cols: vec4u,
+}
+
+fn blockOf(blk: u32, nCols: u32, last: u32) -> Block {
+  let r = 4u * (blk / nCols);
+  let c = 4u * (blk % nCols);
+  return Block(r, c, rows4(r, last), rows4(c, last));
+}
+
+// t + lhs_i rhs for each row i: one step of a sum of outer products, in fused multiply-adds.
+fn tileFma(t: mat4x4f, lhs: vec4f, rhs: vec4f) -> mat4x4f {
+  return mat4x4f(
+    fma(vec4f(lhs.x), rhs, t[0]),
+    fma(vec4f(lhs.y), rhs, t[1]),
+    fma(vec4f(lhs.z), rhs, t[2]),
+    fma(vec4f(lhs.w), rhs, t[3]),
+  );
+}
+
+// t + lhs_i rhs_i for each row i (each row with its own right-hand vec4).
+fn tileFmaRows(t: mat4x4f, lhs: vec4f, rhs: mat4x4f) -> mat4x4f {
+  return mat4x4f(
+    fma(vec4f(lhs.x), rhs[0], t[0]),
+    fma(vec4f(lhs.y), rhs[1], t[1]),
+    fma(vec4f(lhs.z), rhs[2], t[2]),
+    fma(vec4f(lhs.w), rhs[3], t[3]),
+  );
+}
+
+// Row i of t times s_i.
+fn tileScaleRows(t: mat4x4f, s: vec4f) -> mat4x4f {
+  return mat4x4f(s.x * t[0], s.y * t[1], s.z * t[2], s.w * t[3]);
+}
+
+// Column c of t times s_c.
+fn tileScaleCols(t: mat4x4f, s: vec4f) -> mat4x4f {
+  return mat4x4f(s * t[0], s * t[1], s * t[2], s * t[3]);
 }
 
 // G_rd - G_sd of the chunk at `base`, from the hi and lo parts (hi_r - hi_s is exact or nearly so)
@@ -134,9 +147,6 @@ fn tok(b: u32, t: u32, h: u32) -> u32 {
   return (b * p.T + t) * p.H + h;
 }
 
-fn groupIndex(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
-  return wg.x + wg.y * nwg.x;
-}
 
 // Storage writes of one stage must be visible to every invocation of the workgroup in the next.
 fn stageBarrier() {
@@ -144,60 +154,59 @@ fn stageBarrier() {
   workgroupBarrier();
 }
 
-// Where a chunk-parallel workgroup works: its batch entry, head, first token and valid rows
-// (intraChunk and intraChunkBackward run one workgroup per (b, h, chunk)).
+// Where a chunk-parallel workgroup works, from its id in the exact grid the host dispatches (x over
+// chunks, y over heads, z over the batch; the scans' grid has V tiles in x): its (b, h, chunk) index wid, batch entry, head, first
+// token and valid rows (intraChunk and intraChunkBackward run one workgroup per (b, h, chunk)).
 struct ChunkAt {
+  wid: u32,
   b: u32,
   h: u32,
   t0: u32,
   cv: u32,
 }
 
-fn chunkAt(wid: u32) -> ChunkAt {
-  let bh = wid / p.NC;
-  let t0 = (wid % p.NC) * p.C;
-  return ChunkAt(bh / p.H, bh % p.H, t0, min(p.C, p.T - t0));
+fn chunkAt(wg: vec3u) -> ChunkAt {
+  let n = wg.x;
+  let h = wg.y;
+  let b = wg.z;
+  let t0 = n * p.C;
+  return ChunkAt((b * p.H + h) * p.NC + n, b, h, t0, min(p.C, p.T - t0));
+}
+
+// The token row of row r of the chunk, and of four rows
+fn tokAt(at: ChunkAt, r: u32) -> u32 {
+  return tok(at.b, at.t0 + r, at.h);
+}
+
+fn tok4(at: ChunkAt, rows: vec4u) -> vec4u {
+  return (vec4u(at.b * p.T + at.t0) + rows) * p.H + vec4u(at.h);
 }
 
 // ---- forward, chunk-parallel: intraChunk ----
 
 @compute @workgroup_size(256)
-fn intraChunk(
-  @builtin(workgroup_id) wg: vec3<u32>,
-  @builtin(num_workgroups) nwg: vec3<u32>,
-  @builtin(local_invocation_index) lid: u32,
-) {
-  let wid = groupIndex(wg, nwg);
-  if (wid >= p.B * p.H * p.NC) {
-    return;
-  }
-  let K = p.K;
-  let V = p.V;
-  let C = p.C;
-  let at = chunkAt(wid);
-  let b = at.b;
-  let h = at.h;
-  let t0 = at.t0;
+fn intraChunk(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let at = chunkAt(wg);
   let cv = at.cv;
-  let base = wid * workSize();
+  let base = at.wid * workSize();
 
   // gateCumsum: G_r = sum_{s <= r} g_s, per channel, in token order, in fixed point with 40
   // fractional bits: a gate g becomes the integer pair (floor(256 g), frac(256 g) 2^32)
   // ABLATE cumsum {
-  for (var d = lid; d < K; d += WG) {
+  for (var d = lid; d < p.K; d += WG) {
     var accHi = 0i;
     var accLo = 0u;
     for (var r = 0u; r < cv; r++) {
       // A gate below -1000 decays to exactly 0 in f32 at any span it is part of; clamping it there
       // keeps |G| * 256 under 2^24 over a chunk of 64, so hi = f32(accHi) / 256 stays exact.
-      let scaled = max(x[xG() + tok(b, t0 + r, h) * K + d], -1000.0) * 256.0;
+      let scaled = max(x[xG() + tokAt(at, r) * p.K + d], -1000.0) * 256.0;
       let whole = floor(scaled);
       let gateLo = u32((scaled - whole) * 4294967296.0);
       let lo = accLo + gateLo;
       accHi += i32(whole) + select(0i, 1i, lo < gateLo);
       accLo = lo;
-      work[base + wG() + r * K + d] = f32(accHi) * (1.0 / 256.0);
-      work[base + wGlo() + r * K + d] = f32(accLo) * (1.0 / 1099511627776.0);
+      work[base + wG() + r * p.K + d] = f32(accHi) * (1.0 / 256.0);
+      work[base + wGlo() + r * p.K + d] = f32(accLo) * (1.0 / 1099511627776.0);
     }
     work[base + wGam() + d] = gammaOf(base, cv - 1u, d);
   }
@@ -235,29 +244,17 @@ fn intraChunk(
   let rb = 4u * rg;
   let sb = 4u * sg;
   let inTriangle = select(lid < nOff, rg < nRG, diagonal);
-  var l0 = vec4f(0.0);
-  var l1 = vec4f(0.0);
-  var l2 = vec4f(0.0);
-  var l3 = vec4f(0.0);
-  var p0 = vec4f(0.0);
-  var p1 = vec4f(0.0);
-  var p2 = vec4f(0.0);
-  var p3 = vec4f(0.0);
+  var lt = mat4x4f();
+  var pt = mat4x4f();
   let stageK = 0u;
-  let stageQ = C * LP_BLOCK;
-  let stageGh = 2u * C * LP_BLOCK;
-  let stageGl = 3u * C * LP_BLOCK;
+  let stageQ = p.C * LP_BLOCK;
+  let stageGh = 2u * p.C * LP_BLOCK;
+  let stageGl = 3u * p.C * LP_BLOCK;
   let last = cv - 1u;
-  let ir0 = min(rb, last) * LP_BLOCK;
-  let ir1 = min(rb + 1u, last) * LP_BLOCK;
-  let ir2 = min(rb + 2u, last) * LP_BLOCK;
-  let ir3 = min(rb + 3u, last) * LP_BLOCK;
-  let is0 = min(sb, last) * LP_BLOCK;
-  let is1 = min(sb + 1u, last) * LP_BLOCK;
-  let is2 = min(sb + 2u, last) * LP_BLOCK;
-  let is3 = min(sb + 3u, last) * LP_BLOCK;
+  let ir = rows4(rb, last) * LP_BLOCK;
+  let is = rows4(sb, last) * LP_BLOCK;
   // ABLATE lp {
-  for (var d0 = 0u; d0 < K; d0 += LP_BLOCK) {
+  for (var d0 = 0u; d0 < p.K; d0 += LP_BLOCK) {
     for (var e = lid; e < cv * LP_BLOCK; e += WG) {
       let r = e / LP_BLOCK;
       let d = d0 + e % LP_BLOCK;
@@ -265,12 +262,12 @@ fn intraChunk(
       var qv = 0.0;
       var gateHi = 0.0;
       var gateLo = 0.0;
-      if (d < K) {
-        let row = tok(b, t0 + r, h) * K + d;
+      if (d < p.K) {
+        let row = tokAt(at, r) * p.K + d;
         kv = x[xK() + row];
         qv = x[xQ() + row];
-        gateHi = work[base + wG() + r * K + d];
-        gateLo = work[base + wGlo() + r * K + d];
+        gateHi = work[base + wG() + r * p.K + d];
+        gateLo = work[base + wGlo() + r * p.K + d];
       }
       wgm[stageK + e] = kv;
       wgm[stageQ + e] = qv;
@@ -279,118 +276,58 @@ fn intraChunk(
     }
     workgroupBarrier();
     if (inTriangle) {
-      let dn = min(LP_BLOCK, K - d0);
+      let dn = min(LP_BLOCK, p.K - d0);
       for (var dd = 0u; dd < dn; dd++) {
-        let ks = vec4f(
-          wgm[stageK + is0 + dd],
-          wgm[stageK + is1 + dd],
-          wgm[stageK + is2 + dd],
-          wgm[stageK + is3 + dd],
-        );
-        let ghs = vec4f(
-          wgm[stageGh + is0 + dd],
-          wgm[stageGh + is1 + dd],
-          wgm[stageGh + is2 + dd],
-          wgm[stageGh + is3 + dd],
-        );
-        let gls = vec4f(
-          wgm[stageGl + is0 + dd],
-          wgm[stageGl + is1 + dd],
-          wgm[stageGl + is2 + dd],
-          wgm[stageGl + is3 + dd],
-        );
-        let ghr = vec4f(
-          wgm[stageGh + ir0 + dd],
-          wgm[stageGh + ir1 + dd],
-          wgm[stageGh + ir2 + dd],
-          wgm[stageGh + ir3 + dd],
-        );
-        let glr = vec4f(
-          wgm[stageGl + ir0 + dd],
-          wgm[stageGl + ir1 + dd],
-          wgm[stageGl + ir2 + dd],
-          wgm[stageGl + ir3 + dd],
-        );
-        let kr = vec4f(
-          wgm[stageK + ir0 + dd],
-          wgm[stageK + ir1 + dd],
-          wgm[stageK + ir2 + dd],
-          wgm[stageK + ir3 + dd],
-        );
-        let qr = vec4f(
-          wgm[stageQ + ir0 + dd],
-          wgm[stageQ + ir1 + dd],
-          wgm[stageQ + ir2 + dd],
-          wgm[stageQ + ir3 + dd],
-        );
-        var e0: vec4f;
-        var e1: vec4f;
-        var e2: vec4f;
-        var e3: vec4f;
+        let ks = wgmAt4(stageK + dd, is);
+        let ghs = wgmAt4(stageGh + dd, is);
+        let gls = wgmAt4(stageGl + dd, is);
+        let ghr = wgmAt4(stageGh + dd, ir);
+        let glr = wgmAt4(stageGl + dd, ir);
+        var e: mat4x4f;
         if (diagonal) {
-          e0 = ks * decay4((vec4f(ghr.x) - ghs) + (vec4f(glr.x) - gls));
-          e1 = ks * decay4((vec4f(ghr.y) - ghs) + (vec4f(glr.y) - gls));
-          e2 = ks * decay4((vec4f(ghr.z) - ghs) + (vec4f(glr.z) - gls));
-          e3 = ks * decay4((vec4f(ghr.w) - ghs) + (vec4f(glr.w) - gls));
+          e = mat4x4f(
+            ks * decay4((vec4f(ghr.x) - ghs) + (vec4f(glr.x) - gls)),
+            ks * decay4((vec4f(ghr.y) - ghs) + (vec4f(glr.y) - gls)),
+            ks * decay4((vec4f(ghr.z) - ghs) + (vec4f(glr.z) - gls)),
+            ks * decay4((vec4f(ghr.w) - ghs) + (vec4f(glr.w) - gls)),
+          );
         } else {
           // rows to the anchor rb, and the anchor to the columns
           let rowF = decay4((ghr - vec4f(ghr.x)) + (glr - vec4f(glr.x)));
           let colE = ks * decay4((vec4f(ghr.x) - ghs) + (vec4f(glr.x) - gls));
-          e0 = rowF.x * colE;
-          e1 = rowF.y * colE;
-          e2 = rowF.z * colE;
-          e3 = rowF.w * colE;
+          e = mat4x4f(rowF.x * colE, rowF.y * colE, rowF.z * colE, rowF.w * colE);
         }
-        l0 = fma(vec4f(kr.x), e0, l0);
-        l1 = fma(vec4f(kr.y), e1, l1);
-        l2 = fma(vec4f(kr.z), e2, l2);
-        l3 = fma(vec4f(kr.w), e3, l3);
-        p0 = fma(vec4f(qr.x), e0, p0);
-        p1 = fma(vec4f(qr.y), e1, p1);
-        p2 = fma(vec4f(qr.z), e2, p2);
-        p3 = fma(vec4f(qr.w), e3, p3);
+        lt = tileFmaRows(lt, wgmAt4(stageK + dd, ir), e);
+        pt = tileFmaRows(pt, wgmAt4(stageQ + dd, ir), e);
       }
     }
     workgroupBarrier();
   }
   // ABLATE lp }
   if (inTriangle) {
-    let lRegion = base + wL();
-    let pRegion = base + wP();
-    let beta = vec4f(
-      x[xBeta() + tok(b, t0 + min(rb, last), h)],
-      x[xBeta() + tok(b, t0 + min(rb + 1u, last), h)],
-      x[xBeta() + tok(b, t0 + min(rb + 2u, last), h)],
-      x[xBeta() + tok(b, t0 + min(rb + 3u, last), h)],
-    );
-    workStoreTri1(lRegion, rb, sb, beta.x * l0, cv, 1u);
-    workStoreTri1(lRegion, rb + 1u, sb, beta.y * l1, cv, 1u);
-    workStoreTri1(lRegion, rb + 2u, sb, beta.z * l2, cv, 1u);
-    workStoreTri1(lRegion, rb + 3u, sb, beta.w * l3, cv, 1u);
-    workStoreTri1(pRegion, rb, sb, p.scale * p0, cv, 0u);
-    workStoreTri1(pRegion, rb + 1u, sb, p.scale * p1, cv, 0u);
-    workStoreTri1(pRegion, rb + 2u, sb, p.scale * p2, cv, 0u);
-    workStoreTri1(pRegion, rb + 3u, sb, p.scale * p3, cv, 0u);
+    let beta = xAt4(xBeta(), tok4(at, rows4(rb, last)));
+    workStoreTri(base + wL(), rb, sb, tileScaleRows(lt, beta), cv, 1u);
+    workStoreTri(base + wP(), rb, sb, p.scale * pt, cv, 0u);
   }
   // the blocks above the diagonal
   for (var e = lid; e < cv * cv; e += WG) {
     let r = e / cv;
     let s = e % cv;
     if (s / 4u > r / 4u) {
-      work[base + wL() + r * C + s] = 0.0;
-      work[base + wP() + r * C + s] = 0.0;
+      work[base + wL() + r * p.C + s] = 0.0;
+      work[base + wP() + r * p.C + s] = 0.0;
     }
   }
   // gateFactors: Qg = scale Q (.) Gamma, Kg = K (.) Gamma (Kd = K (.) e^{G_C - G} after W)
   // ABLATE factors1 {
-  for (var e = lid; e < cv * K; e += WG) {
-    let r = e / K;
-    let d = e % K;
-    let row = tok(b, t0 + r, h) * K + d;
+  for (var e = lid; e < cv * p.K; e += WG) {
+    let r = e / p.K;
+    let d = e % p.K;
+    let row = tokAt(at, r) * p.K + d;
     let gam = gammaOf(base, r, d);
-    work[base + wQg() + r * K + d] = p.scale * x[xQ() + row] * gam;
+    work[base + wQg() + r * p.K + d] = p.scale * x[xQ() + row] * gam;
     // Kg = K (.) Gamma, held in the Kd region until W is built (Kd replaces it below)
-    work[base + wKd() + r * K + d] = x[xK() + row] * gam;
+    work[base + wKd() + r * p.K + d] = x[xK() + row] * gam;
   }
   // ABLATE factors1 }
   stageBarrier();
@@ -401,15 +338,15 @@ fn intraChunk(
   // ABLATE subst {
   for (var j = lid; j < cv; j += WG) {
     for (var i = 0u; i < j; i++) {
-      wgm[i * C + j] = 0.0;
+      wgm[i * p.C + j] = 0.0;
     }
-    wgm[j * C + j] = 1.0;
+    wgm[j * p.C + j] = 1.0;
     for (var i = j + 1u; i < cv; i++) {
       var acc = 0.0;
       for (var m = j; m < i; m++) {
-        acc += work[base + wL() + i * C + m] * wgm[m * C + j];
+        acc += work[base + wL() + i * p.C + m] * wgm[m * p.C + j];
       }
-      wgm[i * C + j] = -acc;
+      wgm[i * p.C + j] = -acc;
     }
   }
   // ABLATE subst }
@@ -417,75 +354,44 @@ fn intraChunk(
   for (var e = lid; e < cv * cv; e += WG) {
     let i = e / cv;
     let j = e % cv;
-    work[base + wT() + i * C + j] = wgm[i * C + j];
+    work[base + wT() + i * p.C + j] = wgm[i * p.C + j];
   }
   stageBarrier();
 
   // W = T diag(beta) (K (.) Gamma), U = T diag(beta) V: 4 rows r x 4 columns a block, T from
   // workgroup memory (T_rs = 0 for s > r, so the sum over s ends at the block's last row)
-  let nDG = (K + 3u) / 4u;
-  let nJG = (V + 3u) / 4u;
+  let nDG = (p.K + 3u) / 4u;
+  let nJG = (p.V + 3u) / 4u;
   // ABLATE wu {
   for (var blk = lid; blk < nRG * nDG; blk += WG) {
-    let r = 4u * (blk / nDG);
-    let d = 4u * (blk % nDG);
-    let rc0 = min(r, last);
-    let rc1 = min(r + 1u, last);
-    let rc2 = min(r + 2u, last);
-    let rc3 = min(r + 3u, last);
-    var a0 = vec4f(0.0);
-    var a1 = vec4f(0.0);
-    var a2 = vec4f(0.0);
-    var a3 = vec4f(0.0);
-    for (var s = 0u; s <= rc3; s++) {
-      let betaS = x[xBeta() + tok(b, t0 + s, h)];
-      let kg = workK4(base + wKd() + s * K, d);
-      a0 = fma(vec4f(wgm[rc0 * C + s] * betaS), kg, a0);
-      a1 = fma(vec4f(wgm[rc1 * C + s] * betaS), kg, a1);
-      a2 = fma(vec4f(wgm[rc2 * C + s] * betaS), kg, a2);
-      a3 = fma(vec4f(wgm[rc3 * C + s] * betaS), kg, a3);
+    let blk4 = blockOf(blk, nDG, last);
+    var w = mat4x4f();
+    for (var s = 0u; s <= blk4.rows.w; s++) {
+      let betaS = x[xBeta() + tokAt(at, s)];
+      w = tileFma(w, wgmAt4(s, blk4.rows * p.C) * betaS, workK4(base + wKd() + s * p.K, blk4.c));
     }
-    workStoreK(base + wW(), r, d, a0, cv);
-    workStoreK(base + wW(), r + 1u, d, a1, cv);
-    workStoreK(base + wW(), r + 2u, d, a2, cv);
-    workStoreK(base + wW(), r + 3u, d, a3, cv);
+    workStoreRows(base + wW(), blk4.r, blk4.c, w, cv, p.K);
   }
   // ABLATE wu }
   // ABLATE u {
   for (var blk = lid; blk < nRG * nJG; blk += WG) {
-    let r = 4u * (blk / nJG);
-    let j = 4u * (blk % nJG);
-    let rc0 = min(r, last);
-    let rc1 = min(r + 1u, last);
-    let rc2 = min(r + 2u, last);
-    let rc3 = min(r + 3u, last);
-    var a0 = vec4f(0.0);
-    var a1 = vec4f(0.0);
-    var a2 = vec4f(0.0);
-    var a3 = vec4f(0.0);
-    for (var s = 0u; s <= rc3; s++) {
-      let rowS = tok(b, t0 + s, h);
-      let betaS = x[xBeta() + rowS];
-      let vs = xCols(xV() + rowS * V, j);
-      a0 = fma(vec4f(wgm[rc0 * C + s] * betaS), vs, a0);
-      a1 = fma(vec4f(wgm[rc1 * C + s] * betaS), vs, a1);
-      a2 = fma(vec4f(wgm[rc2 * C + s] * betaS), vs, a2);
-      a3 = fma(vec4f(wgm[rc3 * C + s] * betaS), vs, a3);
+    let blk4 = blockOf(blk, nJG, last);
+    var u = mat4x4f();
+    for (var s = 0u; s <= blk4.rows.w; s++) {
+      let rowS = tokAt(at, s);
+      u = tileFma(u, wgmAt4(s, blk4.rows * p.C) * x[xBeta() + rowS], xCols(xV() + rowS * p.V, blk4.c));
     }
-    if (r < cv) { workStoreCols(base + wU() + r * V, j, a0); }
-    if (r + 1u < cv) { workStoreCols(base + wU() + (r + 1u) * V, j, a1); }
-    if (r + 2u < cv) { workStoreCols(base + wU() + (r + 2u) * V, j, a2); }
-    if (r + 3u < cv) { workStoreCols(base + wU() + (r + 3u) * V, j, a3); }
+    workStoreRows(base + wU(), blk4.r, blk4.c, u, cv, p.V);
   }
   // ABLATE u }
   stageBarrier();
   // gateFactors, second half: Kd = K (.) e^{G_C - G} replaces Kg
   // ABLATE factors2 {
-  for (var e = lid; e < cv * K; e += WG) {
-    let r = e / K;
-    let d = e % K;
-    let row = tok(b, t0 + r, h) * K + d;
-    work[base + wKd() + r * K + d] = x[xK() + row] * decay(gateDiff(base, cv - 1u, r, d));
+  for (var e = lid; e < cv * p.K; e += WG) {
+    let r = e / p.K;
+    let d = e % p.K;
+    let row = tokAt(at, r) * p.K + d;
+    work[base + wKd() + r * p.K + d] = x[xK() + row] * decay(gateDiff(base, cv - 1u, r, d));
   }
   // ABLATE factors2 }
 }

@@ -20,11 +20,13 @@ import {
   scanRanges,
   shapeProblem,
   sizeOf,
+  stageGrid,
   STAGES,
   tableOffsets,
   TABLES,
   wgslHeader,
 } from "../kda/gpu/layout.ts";
+import { wgslAccessors } from "../kda/gpu/accessors.ts";
 import type { ChunkSize } from "../kda/_types.ts";
 
 const SHAPES = [
@@ -187,6 +189,43 @@ Deno.test("the WGSL files have no hand-written offset functions left", async () 
     assert.doesNotMatch(wgsl, /struct Params/);
     assert.doesNotMatch(wgsl, /@binding/, `${file}: the bindings are generated`);
   }
+});
+
+Deno.test("every generated accessor is used by the kernels and none is also written by hand", async () => {
+  const kernels = (await Promise.all(
+    ["../kda/chunk.wgsl", "../kda/gpu/scans.wgsl", "../kda/gpu/intra_backward.wgsl"].map((f) =>
+      Deno.readTextFile(new URL(f, import.meta.url))
+    ),
+  )).join("\n");
+  const accessors = wgslAccessors();
+  const names = [...accessors.matchAll(/^fn (\w+)\(/gm)].map((m) => m[1]);
+  assert.ok(names.length >= 20, `only ${names.length} accessors generated`);
+  for (const name of names) {
+    assert.doesNotMatch(kernels, new RegExp(`fn ${name}\\(`), `${name} is generated`);
+    // used by a kernel, or by the tile store that wraps it
+    const uses = new RegExp(`\\b${name}\\(`, "g");
+    const count = (kernels.match(uses)?.length ?? 0) + (accessors.match(uses)?.length ?? 0) - 1;
+    assert.ok(count > 0, `${name} is generated but never called`);
+  }
+});
+
+Deno.test("the dispatch grid is exact, and a dimension over the device's limit names it", () => {
+  const plan = makePlan({ B: 3, T: 100, H: 5, K: 32, V: 64 }, 16);
+  assert.deepEqual(stageGrid(plan, "intraChunk"), [plan.NC, 5, 3]);
+  assert.deepEqual(stageGrid(plan, "stateScan"), [plan.nVT, 5, 3]);
+  const limits = {
+    maxStorageBufferBindingSize: 2 ** 40,
+    maxBufferSize: 2 ** 40,
+    maxComputeWorkgroupsPerDimension: 100,
+  };
+  const long = limitProblem(makePlan({ B: 1, T: 16 * 101, H: 1, K: 4, V: 4 }, 16), limits) ?? "";
+  assert.match(long, /needs 101 chunks \(or V tiles\) per sequence in one dispatch dimension/);
+  assert.match(long, /the longest sequence that fits is T=1600$/);
+  const wide = limitProblem(makePlan({ B: 1, T: 16, H: 101, K: 4, V: 4 }, 16), limits) ?? "";
+  assert.match(wide, /needs 101 heads in one dispatch dimension, over the device's limit of 100/);
+  const batch = limitProblem(makePlan({ B: 101, T: 16, H: 1, K: 4, V: 4 }, 16), limits) ?? "";
+  assert.match(batch, /needs 101 batch entries .* the largest batch that fits is B=100$/);
+  assert.equal(limitProblem(makePlan({ B: 100, T: 1600, H: 100, K: 4, V: 4 }, 16), limits), null);
 });
 
 Deno.test("shape, scale and limit reasons are sentences that name the value", () => {

@@ -88,6 +88,9 @@ const TOKV: Size = [[1, "B", "T", "H", "V"]];
 const TOKB: Size = [[1, "B", "T", "H"]];
 const STATE: Size = [[1, "B", "H", "K", "V"]];
 
+/** Consecutive regions that share one size. */
+const ofSize = (size: Size, ...names: string[]): Region[] => names.map((name) => ({ name, size }));
+
 /**
  * The forward's per-chunk work (one block per (b, h, chunk)). G is kept as hi + lo (see
  * gateCumsum in chunk.wgsl), Gam is the row e^{G_C} of the last valid token. (Kd holds
@@ -97,15 +100,9 @@ export const WORK: RegionTable = {
   prefix: "w",
   sizeFn: "workSize",
   regions: [
-    { name: "G", size: CK },
-    { name: "Glo", size: CK },
-    { name: "W", size: CK },
-    { name: "Kd", size: CK },
-    { name: "Qg", size: CK },
+    ...ofSize(CK, "G", "Glo", "W", "Kd", "Qg"),
     { name: "U", size: CV },
-    { name: "P", size: CC },
-    { name: "T", size: CC },
-    { name: "L", size: CC },
+    ...ofSize(CC, "P", "T", "L"),
     { name: "Gam", size: [[1, "K"]] },
   ],
 };
@@ -125,16 +122,8 @@ export const GS: RegionTable = {
   prefix: "g",
   sizeFn: "gsSize",
   regions: [
-    { name: "Kd", size: CK },
-    { name: "Qg", size: CK },
-    { name: "W", size: CK },
-    { name: "Kb", size: CK },
-    { name: "G", size: CK },
-    { name: "P", size: CC },
-    { name: "T", size: CC },
-    { name: "X", size: CC },
-    { name: "L", size: CC },
-    { name: "M", size: CC },
+    ...ofSize(CK, "Kd", "Qg", "W", "Kb", "G"),
+    ...ofSize(CC, "P", "T", "X", "L", "M"),
     { name: "Gam", size: [[1, "K"]] },
     { name: "Bv", size: [[1, "C"]] },
   ],
@@ -150,18 +139,17 @@ export const STATES: RegionTable = {
   regions: [{ name: "S", size: [[1, "K", "V"]] }, { name: "Vn", size: CV }],
 };
 
-/** The packed inputs of a forward (h0 last, so its absence moves nothing). */
-export const INPUTS: RegionTable = {
-  prefix: "x",
-  regions: [
-    { name: "Q", size: TOKQK },
-    { name: "K", size: TOKQK },
-    { name: "V", size: TOKV },
-    { name: "G", size: TOKQK },
-    { name: "Beta", size: TOKB },
-    { name: "H0", size: STATE },
-  ],
-};
+/** One region per input array of a problem, in its order (h0 last, so its absence moves nothing). */
+const PER_INPUT: readonly Region[] = [
+  ...ofSize(TOKQK, "Q", "K"),
+  { name: "V", size: TOKV },
+  { name: "G", size: TOKQK },
+  { name: "Beta", size: TOKB },
+  { name: "H0", size: STATE },
+];
+
+/** The packed inputs of a forward. */
+export const INPUTS: RegionTable = { prefix: "x", regions: PER_INPUT };
 
 /** The cotangents of one backward call (its own buffer: concurrent calls share nothing). */
 export const COTANGENTS: RegionTable = {
@@ -175,18 +163,8 @@ export const OUTPUTS: RegionTable = {
   regions: [{ name: "O", size: TOKV }, { name: "Ht", size: STATE }],
 };
 
-/** The backward's gradients, in the order of the inputs. */
-export const GRADS: RegionTable = {
-  prefix: "d",
-  regions: [
-    { name: "Q", size: TOKQK },
-    { name: "K", size: TOKQK },
-    { name: "V", size: TOKV },
-    { name: "G", size: TOKQK },
-    { name: "Beta", size: TOKB },
-    { name: "H0", size: STATE },
-  ],
-};
+/** The backward's gradients, one per input and laid out as the inputs are. */
+export const GRADS: RegionTable = { prefix: "d", regions: PER_INPUT };
 
 /** Every table that the header describes. */
 export const TABLES: readonly RegionTable[] = [
@@ -445,34 +423,20 @@ export function scanLoopsPerChunk(plan: Plan): number {
 }
 
 /**
- * Spreads a workgroup count over x and y within the per-dimension limit.
- *
- * @param groups Workgroups wanted.
- * @param perDim maxComputeWorkgroupsPerDimension.
- * @returns [x, y] with x·y ≥ groups (the kernels skip the excess).
- * @example
- * ```ts
- * dispatchGrid(70000, 65535); // [65535, 2]
- * ```
- */
-export function dispatchGrid(groups: number, perDim: number): [number, number] {
-  const x = Math.min(groups, perDim);
-  return [x, Math.ceil(groups / x)];
-}
-
-/**
- * How many workgroups a stage dispatches.
+ * The workgroup grid of a stage: x over the chunks (chunk-parallel stages) or the V tiles (scans),
+ * y over the heads, z over the batch. The grid is exact, so the kernels read their coordinates
+ * from the workgroup id and no workgroup is idle.
  *
  * @param plan The call's plan.
  * @param stage The stage.
- * @returns One per (b, h, chunk) for the chunk-parallel stages, one per (b, h, V tile) for scans.
+ * @returns [x, y, z] workgroups.
  * @example
  * ```ts
- * stageGroups(makePlan({ B: 2, T: 64, H: 2, K: 8, V: 8 }, 16), "intraChunk"); // 16
+ * stageGrid(makePlan({ B: 2, T: 64, H: 3, K: 8, V: 8 }, 16), "intraChunk"); // [4, 3, 2]
  * ```
  */
-export function stageGroups(plan: Plan, stage: Stage): number {
-  return SCAN_STAGES.has(stage) ? plan.B * plan.H * plan.nVT : plan.chunks;
+export function stageGrid(plan: Plan, stage: Stage): [number, number, number] {
+  return [SCAN_STAGES.has(stage) ? plan.nVT : plan.NC, plan.H, plan.B];
 }
 
 // ---- limits ----
@@ -559,9 +523,12 @@ function overLimit(plan: Plan, limits: LayoutLimits): string | null {
     }
   }
   const perDim = limits.maxComputeWorkgroupsPerDimension;
-  const groups = Math.max(...STAGES.map((s) => stageGroups(plan, s)));
-  if (groups > perDim * perDim) {
-    return `the shape needs ${groups} workgroups, over the device's ${perDim}² limit`;
+  const [axis, need] = STAGES.flatMap((s) => stageGrid(plan, s).map((n, i) => [i, n]))
+    .reduce((most, next) => (next[1] > most[1] ? next : most));
+  if (need > perDim) {
+    const what = ["chunks (or V tiles) per sequence", "heads", "batch entries"][axis];
+    return `the shape needs ${need} ${what} in one dispatch dimension, over the device's limit ` +
+      `of ${perDim} workgroups per dimension`;
   }
   return null;
 }

@@ -8,89 +8,64 @@
 // 4096, C * VT <= 2048: see makePlan). Invocation lid owns column group cg = lid % ng and rows
 // r0 + i * rstep (rstep = 256 / ng): four vec4 entries of the K x VT state, held in registers
 // across the whole scan, and two of the C x VT row tiles (Vn, O, dVn). Each chunk's state is
-// published to workgroup memory for the row tiles' sums over d. Accumulators are named vec4f
-// registers; every sum still runs in one fixed order.
+// published to workgroup memory for the row tiles' sums over d. The four state rows form a
+// register tile (a mat4x4f, see chunk.wgsl); every sum still runs in one fixed order.
 
 var<workgroup> scanState: array<vec4f, SCAN_STATE_VEC4>; // K x ng
 var<workgroup> scanRows: array<vec4f, SCAN_ROWS_VEC4>; // C x ng
 
-// Four consecutive columns j.. of a row of length p.V starting at `row`; zero past p.V.
-fn xCols(row: u32, j: u32) -> vec4f {
-  var v = vec4f(0.0);
-  if (j < p.V) { v.x = x[row + j]; }
-  if (j + 1u < p.V) { v.y = x[row + j + 1u]; }
-  if (j + 2u < p.V) { v.z = x[row + j + 2u]; }
-  if (j + 3u < p.V) { v.w = x[row + j + 3u]; }
-  return v;
-}
-fn cotCols(row: u32, j: u32) -> vec4f {
-  var v = vec4f(0.0);
-  if (j < p.V) { v.x = cot[row + j]; }
-  if (j + 1u < p.V) { v.y = cot[row + j + 1u]; }
-  if (j + 2u < p.V) { v.z = cot[row + j + 2u]; }
-  if (j + 3u < p.V) { v.w = cot[row + j + 3u]; }
-  return v;
-}
-fn workCols(row: u32, j: u32) -> vec4f {
-  var v = vec4f(0.0);
-  if (j < p.V) { v.x = work[row + j]; }
-  if (j + 1u < p.V) { v.y = work[row + j + 1u]; }
-  if (j + 2u < p.V) { v.z = work[row + j + 2u]; }
-  if (j + 3u < p.V) { v.w = work[row + j + 3u]; }
-  return v;
-}
-fn outpCols(row: u32, j: u32) -> vec4f {
-  var v = vec4f(0.0);
-  if (j < p.V) { v.x = outp[row + j]; }
-  if (j + 1u < p.V) { v.y = outp[row + j + 1u]; }
-  if (j + 2u < p.V) { v.z = outp[row + j + 2u]; }
-  if (j + 3u < p.V) { v.w = outp[row + j + 3u]; }
-  return v;
-}
-fn workStoreCols(row: u32, j: u32, v: vec4f) {
-  if (j < p.V) { work[row + j] = v.x; }
-  if (j + 1u < p.V) { work[row + j + 1u] = v.y; }
-  if (j + 2u < p.V) { work[row + j + 2u] = v.z; }
-  if (j + 3u < p.V) { work[row + j + 3u] = v.w; }
-}
-fn statesStoreCols(row: u32, j: u32, v: vec4f) {
-  if (j < p.V) { states[row + j] = v.x; }
-  if (j + 1u < p.V) { states[row + j + 1u] = v.y; }
-  if (j + 2u < p.V) { states[row + j + 2u] = v.z; }
-  if (j + 3u < p.V) { states[row + j + 3u] = v.w; }
-}
-fn outpStoreCols(row: u32, j: u32, v: vec4f) {
-  if (j < p.V) { outp[row + j] = v.x; }
-  if (j + 1u < p.V) { outp[row + j + 1u] = v.y; }
-  if (j + 2u < p.V) { outp[row + j + 2u] = v.z; }
-  if (j + 3u < p.V) { outp[row + j + 3u] = v.w; }
-}
-fn bwStoreCols(row: u32, j: u32, v: vec4f) {
-  if (j < p.V) { bw[row + j] = v.x; }
-  if (j + 1u < p.V) { bw[row + j + 1u] = v.y; }
-  if (j + 2u < p.V) { bw[row + j + 2u] = v.z; }
-  if (j + 3u < p.V) { bw[row + j + 3u] = v.w; }
-}
-// Stores row d of a state tile transposed, [V, K]: the chunk-parallel backward reads it with
-// lanes along K.
-fn statesStoreT(base: u32, d: u32, j: u32, v: vec4f) {
-  let K = p.K;
-  if (j < p.V) { states[base + j * K + d] = v.x; }
-  if (j + 1u < p.V) { states[base + (j + 1u) * K + d] = v.y; }
-  if (j + 2u < p.V) { states[base + (j + 2u) * K + d] = v.z; }
-  if (j + 3u < p.V) { states[base + (j + 3u) * K + d] = v.w; }
-}
-fn bwStoreT(base: u32, d: u32, j: u32, v: vec4f) {
-  let K = p.K;
-  if (j < p.V) { bw[base + j * K + d] = v.x; }
-  if (j + 1u < p.V) { bw[base + (j + 1u) * K + d] = v.y; }
-  if (j + 2u < p.V) { bw[base + (j + 2u) * K + d] = v.z; }
-  if (j + 3u < p.V) { bw[base + (j + 3u) * K + d] = v.w; }
+// Where a scan invocation works: its (b, h) pair, the first of its four columns j.., its column
+// group cg of ng, its four state rows d (and d clamped to K - 1 for reads) and its two row-tile
+// rows ra, rb.
+struct ScanAt {
+  bh: u32,
+  b: u32,
+  h: u32,
+  j: u32,
+  cg: u32,
+  ng: u32,
+  d: vec4u,
+  dc: vec4u,
+  ra: u32,
+  rb: u32,
 }
 
-// The state (or its gradient) at the start of a scan dispatch: carried over in outp at `carry`
-// from the previous dispatch, else the initial value from `first` (flag set) or zero.
-fn scanStart(carry: u32, bh: u32, d: u32, j: u32, fromFirst: bool, useFirst: bool, isH0: bool) -> vec4f {
+fn scanAt(wg: vec3u, lid: u32) -> ScanAt {
+  let ng = p.VT / 4u;
+  let cg = lid % ng;
+  let rstep = WG / ng;
+  let r0 = lid / ng;
+  let d = vec4u(r0) + rstep * vec4u(0u, 1u, 2u, 3u);
+  let j = wg.x * p.VT + 4u * cg;
+  let h = wg.y;
+  let b = wg.z;
+  return ScanAt(b * p.H + h, b, h, j, cg, ng, d, min(d, vec4u(p.K - 1u)), r0, r0 + rstep);
+}
+
+// Chunk n as a scan invocation sees it: first token, valid rows, work block, and its two row-tile
+// rows clamped to the last valid row for reads.
+struct ScanChunk {
+  t0: u32,
+  cv: u32,
+  base: u32,
+  raC: u32,
+  rbC: u32,
+}
+
+fn scanChunk(at: ScanAt, n: u32) -> ScanChunk {
+  let t0 = n * p.C;
+  let cv = min(p.C, p.T - t0);
+  return ScanChunk(t0, cv, (at.bh * p.NC + n) * workSize(), min(at.ra, cv - 1u), min(at.rb, cv - 1u));
+}
+
+// Where row r of a VT-wide tile (state or row tile) keeps this invocation's column group.
+fn slot(at: ScanAt, r: u32) -> u32 {
+  return r * at.ng + at.cg;
+}
+
+// One state row at the start of a scan dispatch: carried over in outp at `carry` from the
+// previous dispatch, else the initial value from `first` (flag set) or zero.
+fn scanStartRow(carry: u32, bh: u32, d: u32, j: u32, fromFirst: bool, useFirst: bool, isH0: bool) -> vec4f {
   if (d >= p.K) {
     return vec4f(0.0);
   }
@@ -107,67 +82,53 @@ fn scanStart(carry: u32, bh: u32, d: u32, j: u32, fromFirst: bool, useFirst: boo
   return cotCols(cDht() + row, j);
 }
 
+// The invocation's state tile (or its gradient's) at the start of a scan dispatch.
+fn scanStart(carry: u32, at: ScanAt, fromFirst: bool, useFirst: bool, isH0: bool) -> mat4x4f {
+  return mat4x4f(
+    scanStartRow(carry, at.bh, at.d.x, at.j, fromFirst, useFirst, isH0),
+    scanStartRow(carry, at.bh, at.d.y, at.j, fromFirst, useFirst, isH0),
+    scanStartRow(carry, at.bh, at.d.z, at.j, fromFirst, useFirst, isH0),
+    scanStartRow(carry, at.bh, at.d.w, at.j, fromFirst, useFirst, isH0),
+  );
+}
+
+// Publishes the state tile to workgroup memory for the row tiles' sums over d.
+fn publishState(at: ScanAt, s: mat4x4f) {
+  if (at.d.x < p.K) { scanState[at.d.x * at.ng + at.cg] = s[0]; }
+  if (at.d.y < p.K) { scanState[at.d.y * at.ng + at.cg] = s[1]; }
+  if (at.d.z < p.K) { scanState[at.d.z * at.ng + at.cg] = s[2]; }
+  if (at.d.w < p.K) { scanState[at.d.w * at.ng + at.cg] = s[3]; }
+}
+
+// Stores the state tile as rows of a [B H, K, V] region of outp (ht, dh0 or the carry).
+fn storeStateTile(region: u32, at: ScanAt, s: mat4x4f) {
+  let rows = (vec4u(at.bh * p.K) + at.d) * p.V + vec4u(region);
+  if (at.d.x < p.K) { outpStoreCols(rows.x, at.j, s[0]); }
+  if (at.d.y < p.K) { outpStoreCols(rows.y, at.j, s[1]); }
+  if (at.d.z < p.K) { outpStoreCols(rows.z, at.j, s[2]); }
+  if (at.d.w < p.K) { outpStoreCols(rows.w, at.j, s[3]); }
+}
+
 // ---- forward, sequential per (b, h, V tile): newValues, chunkOutput and stateScan ----
 
 @compute @workgroup_size(256)
-fn stateScan(
-  @builtin(workgroup_id) wg: vec3<u32>,
-  @builtin(num_workgroups) nwg: vec3<u32>,
-  @builtin(local_invocation_index) lid: u32,
-) {
-  let wid = groupIndex(wg, nwg);
-  if (wid >= p.B * p.H * p.nVT) {
-    return;
-  }
-  let K = p.K;
-  let V = p.V;
-  let C = p.C;
-  let bh = wid / p.nVT;
-  let b = bh / p.H;
-  let h = bh % p.H;
-  let ng = p.VT / 4u;
-  let cg = lid % ng;
-  let rstep = WG / ng;
-  let r0 = lid / ng;
-  let j = (wid % p.nVT) * p.VT + 4u * cg;
+fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let at = scanAt(wg, lid);
   let save = (p.flags & SAVE_STATES) != 0u;
-  let htBase = oHt();
-  // this invocation's state rows, clamped for reads (entries with d >= K are never stored)
-  let d0 = r0;
-  let d1 = r0 + rstep;
-  let d2 = r0 + 2u * rstep;
-  let d3 = r0 + 3u * rstep;
-  let d0c = min(d0, K - 1u);
-  let d1c = min(d1, K - 1u);
-  let d2c = min(d2, K - 1u);
-  let d3c = min(d3, K - 1u);
-  let ra = r0;
-  let rb = r0 + rstep;
-  let first = range.n0 == 0u;
   let hasH0 = (p.flags & HAS_H0) != 0u;
-  var s0 = scanStart(htBase, bh, d0, j, first, hasH0, true);
-  var s1 = scanStart(htBase, bh, d1, j, first, hasH0, true);
-  var s2 = scanStart(htBase, bh, d2, j, first, hasH0, true);
-  var s3 = scanStart(htBase, bh, d3, j, first, hasH0, true);
+  var st = scanStart(oHt(), at, range.n0 == 0u, hasH0, true);
 
   for (var n = range.n0; n < range.n1; n++) {
-    let t0 = n * C;
-    let cv = min(C, p.T - t0);
-    let base = (bh * p.NC + n) * workSize();
-    let sBlock = (bh * p.NC + n) * stateSize();
-    let sBase = sBlock + sS();
-    let raC = min(ra, cv - 1u);
-    let rbC = min(rb, cv - 1u);
+    let ch = scanChunk(at, n);
+    let sBlock = (at.bh * p.NC + n) * stateSize();
     // publish the chunk-start state; save it for the backward
-    if (d0 < K) { scanState[d0 * ng + cg] = s0; }
-    if (d1 < K) { scanState[d1 * ng + cg] = s1; }
-    if (d2 < K) { scanState[d2 * ng + cg] = s2; }
-    if (d3 < K) { scanState[d3 * ng + cg] = s3; }
+    publishState(at, st);
     if (save) {
-      if (d0 < K) { statesStoreT(sBase, d0, j, s0); }
-      if (d1 < K) { statesStoreT(sBase, d1, j, s1); }
-      if (d2 < K) { statesStoreT(sBase, d2, j, s2); }
-      if (d3 < K) { statesStoreT(sBase, d3, j, s3); }
+      let sBase = sBlock + sS();
+      if (at.d.x < p.K) { statesStoreT(sBase, at.d.x, at.j, st[0]); }
+      if (at.d.y < p.K) { statesStoreT(sBase, at.d.y, at.j, st[1]); }
+      if (at.d.z < p.K) { statesStoreT(sBase, at.d.z, at.j, st[2]); }
+      if (at.d.w < p.K) { statesStoreT(sBase, at.d.w, at.j, st[3]); }
     }
     workgroupBarrier();
     // newValues (W S) and the first term of chunkOutput (Qg S), one pass over d
@@ -175,180 +136,108 @@ fn stateScan(
     var wb = vec4f(0.0);
     var qa = vec4f(0.0);
     var qb = vec4f(0.0);
-    let wRowA = base + wW() + raC * K;
-    let wRowB = base + wW() + rbC * K;
-    let qRowA = base + wQg() + raC * K;
-    let qRowB = base + wQg() + rbC * K;
-    for (var d = 0u; d < K; d++) {
-      let s = scanState[d * ng + cg];
+    let wRowA = ch.base + wW() + ch.raC * p.K;
+    let wRowB = ch.base + wW() + ch.rbC * p.K;
+    let qRowA = ch.base + wQg() + ch.raC * p.K;
+    let qRowB = ch.base + wQg() + ch.rbC * p.K;
+    for (var d = 0u; d < p.K; d++) {
+      let s = scanState[slot(at, d)];
       wa = fma(vec4f(work[wRowA + d]), s, wa);
       wb = fma(vec4f(work[wRowB + d]), s, wb);
       qa = fma(vec4f(work[qRowA + d]), s, qa);
       qb = fma(vec4f(work[qRowB + d]), s, qb);
     }
     // Vn = U - W S
-    let va = workCols(base + wU() + raC * V, j) - wa;
-    let vb = workCols(base + wU() + rbC * V, j) - wb;
-    if (ra < cv) {
-      scanRows[ra * ng + cg] = va;
-      if (save) { statesStoreCols(sBlock + sVn() + ra * V, j, va); }
+    let va = workCols(ch.base + wU() + ch.raC * p.V, at.j) - wa;
+    let vb = workCols(ch.base + wU() + ch.rbC * p.V, at.j) - wb;
+    if (at.ra < ch.cv) {
+      scanRows[slot(at, at.ra)] = va;
+      if (save) { statesStoreCols(sBlock + sVn() + at.ra * p.V, at.j, va); }
     }
-    if (rb < cv) {
-      scanRows[rb * ng + cg] = vb;
-      if (save) { statesStoreCols(sBlock + sVn() + rb * V, j, vb); }
+    if (at.rb < ch.cv) {
+      scanRows[slot(at, at.rb)] = vb;
+      if (save) { statesStoreCols(sBlock + sVn() + at.rb * p.V, at.j, vb); }
     }
     workgroupBarrier();
     // chunkOutput: O = scale (Q (.) Gamma) S + P Vn (P is zero above the diagonal)
-    let pRowA = base + wP() + raC * C;
-    let pRowB = base + wP() + rbC * C;
-    for (var s = 0u; s < cv; s++) {
-      let vn = scanRows[s * ng + cg];
+    let pRowA = ch.base + wP() + ch.raC * p.C;
+    let pRowB = ch.base + wP() + ch.rbC * p.C;
+    for (var s = 0u; s < ch.cv; s++) {
+      let vn = scanRows[slot(at, s)];
       qa = fma(vec4f(work[pRowA + s]), vn, qa);
       qb = fma(vec4f(work[pRowB + s]), vn, qb);
     }
-    if (ra < cv) { outpStoreCols(oO() + tok(b, t0 + ra, h) * V, j, qa); }
-    if (rb < cv) { outpStoreCols(oO() + tok(b, t0 + rb, h) * V, j, qb); }
+    if (at.ra < ch.cv) { outpStoreCols(oO() + tok(at.b, ch.t0 + at.ra, at.h) * p.V, at.j, qa); }
+    if (at.rb < ch.cv) { outpStoreCols(oO() + tok(at.b, ch.t0 + at.rb, at.h) * p.V, at.j, qb); }
     // stateScan: S' = diag(gamma_C) S + Kd^T Vn
-    var u0 = work[base + wGam() + d0c] * s0;
-    var u1 = work[base + wGam() + d1c] * s1;
-    var u2 = work[base + wGam() + d2c] * s2;
-    var u3 = work[base + wGam() + d3c] * s3;
-    for (var r = 0u; r < cv; r++) {
-      let vn = scanRows[r * ng + cg];
-      let kRow = base + wKd() + r * K;
-      u0 = fma(vec4f(work[kRow + d0c]), vn, u0);
-      u1 = fma(vec4f(work[kRow + d1c]), vn, u1);
-      u2 = fma(vec4f(work[kRow + d2c]), vn, u2);
-      u3 = fma(vec4f(work[kRow + d3c]), vn, u3);
+    var next = tileScaleRows(st, workAt4(ch.base + wGam(), at.dc));
+    for (var r = 0u; r < ch.cv; r++) {
+      next = tileFma(next, workAt4(ch.base + wKd() + r * p.K, at.dc), scanRows[slot(at, r)]);
     }
-    s0 = u0;
-    s1 = u1;
-    s2 = u2;
-    s3 = u3;
+    st = next;
     workgroupBarrier();
   }
 
-  if (d0 < K) { outpStoreCols(htBase + (bh * K + d0) * V, j, s0); }
-  if (d1 < K) { outpStoreCols(htBase + (bh * K + d1) * V, j, s1); }
-  if (d2 < K) { outpStoreCols(htBase + (bh * K + d2) * V, j, s2); }
-  if (d3 < K) { outpStoreCols(htBase + (bh * K + d3) * V, j, s3); }
+  storeStateTile(oHt(), at, st);
 }
 
 // ---- backward, sequential per (b, h, V tile): stateScanBackward, the dS' chain ----
 
 @compute @workgroup_size(256)
-fn stateScanBackward(
-  @builtin(workgroup_id) wg: vec3<u32>,
-  @builtin(num_workgroups) nwg: vec3<u32>,
-  @builtin(local_invocation_index) lid: u32,
-) {
-  let wid = groupIndex(wg, nwg);
-  if (wid >= p.B * p.H * p.nVT) {
-    return;
-  }
-  let K = p.K;
-  let V = p.V;
-  let C = p.C;
-  let bh = wid / p.nVT;
-  let b = bh / p.H;
-  let h = bh % p.H;
-  let ng = p.VT / 4u;
-  let cg = lid % ng;
-  let rstep = WG / ng;
-  let r0 = lid / ng;
-  let j = (wid % p.nVT) * p.VT + 4u * cg;
-  let dh0Base = dH0();
-  let d0 = r0;
-  let d1 = r0 + rstep;
-  let d2 = r0 + 2u * rstep;
-  let d3 = r0 + 3u * rstep;
-  let d0c = min(d0, K - 1u);
-  let d1c = min(d1, K - 1u);
-  let d2c = min(d2, K - 1u);
-  let d3c = min(d3, K - 1u);
-  let ra = r0;
-  let rb = r0 + rstep;
-  let first = range.n1 == p.NC;
+fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let at = scanAt(wg, lid);
   let hasDht = (p.flags & HAS_DHT) != 0u;
   // dS', the gradient arriving at the chunk end, in registers
-  var s0 = scanStart(dh0Base, bh, d0, j, first, hasDht, false);
-  var s1 = scanStart(dh0Base, bh, d1, j, first, hasDht, false);
-  var s2 = scanStart(dh0Base, bh, d2, j, first, hasDht, false);
-  var s3 = scanStart(dh0Base, bh, d3, j, first, hasDht, false);
+  var st = scanStart(dH0(), at, range.n1 == p.NC, hasDht, false);
 
   for (var i = range.n0; i < range.n1; i++) {
     let n = range.n1 - 1u - (i - range.n0);
-    let t0 = n * C;
-    let cv = min(C, p.T - t0);
-    let base = (bh * p.NC + n) * workSize();
-    let bBase = (bh * p.NC + n) * bwSize();
-    let raC = min(ra, cv - 1u);
-    let rbC = min(rb, cv - 1u);
-    if (d0 < K) { scanState[d0 * ng + cg] = s0; bwStoreT(bBase + bDS(), d0, j, s0); }
-    if (d1 < K) { scanState[d1 * ng + cg] = s1; bwStoreT(bBase + bDS(), d1, j, s1); }
-    if (d2 < K) { scanState[d2 * ng + cg] = s2; bwStoreT(bBase + bDS(), d2, j, s2); }
-    if (d3 < K) { scanState[d3 * ng + cg] = s3; bwStoreT(bBase + bDS(), d3, j, s3); }
+    let ch = scanChunk(at, n);
+    let bBase = (at.bh * p.NC + n) * bwSize();
+    publishState(at, st);
+    if (at.d.x < p.K) { bwStoreT(bBase + bDS(), at.d.x, at.j, st[0]); }
+    if (at.d.y < p.K) { bwStoreT(bBase + bDS(), at.d.y, at.j, st[1]); }
+    if (at.d.z < p.K) { bwStoreT(bBase + bDS(), at.d.z, at.j, st[2]); }
+    if (at.d.w < p.K) { bwStoreT(bBase + bDS(), at.d.w, at.j, st[3]); }
     workgroupBarrier();
     // stateScanBackward + chunkOutputBackward: dVn = Kd dS' + P^T dO (P^T is zero below the
     // diagonal, so the sum over s starts at 0 and adds exact zeros first)
     var a = vec4f(0.0);
     var bb = vec4f(0.0);
-    let kRowA = base + wKd() + raC * K;
-    let kRowB = base + wKd() + rbC * K;
-    for (var d = 0u; d < K; d++) {
-      let ds = scanState[d * ng + cg];
+    let kRowA = ch.base + wKd() + ch.raC * p.K;
+    let kRowB = ch.base + wKd() + ch.rbC * p.K;
+    for (var d = 0u; d < p.K; d++) {
+      let ds = scanState[slot(at, d)];
       a = fma(vec4f(work[kRowA + d]), ds, a);
       bb = fma(vec4f(work[kRowB + d]), ds, bb);
     }
-    for (var s = 0u; s < cv; s++) {
-      let dO = cotCols(cDout() + tok(b, t0 + s, h) * V, j);
-      let pRow = base + wP() + s * C;
-      a = fma(vec4f(work[pRow + raC]), dO, a);
-      bb = fma(vec4f(work[pRow + rbC]), dO, bb);
+    for (var s = 0u; s < ch.cv; s++) {
+      let dO = cotCols(cDout() + tok(at.b, ch.t0 + s, at.h) * p.V, at.j);
+      let pRow = ch.base + wP() + s * p.C;
+      a = fma(vec4f(work[pRow + ch.raC]), dO, a);
+      bb = fma(vec4f(work[pRow + ch.rbC]), dO, bb);
     }
-    if (ra < cv) {
-      scanRows[ra * ng + cg] = a;
-      bwStoreCols(bBase + bDVn() + ra * V, j, a);
+    if (at.ra < ch.cv) {
+      scanRows[slot(at, at.ra)] = a;
+      bwStoreCols(bBase + bDVn() + at.ra * p.V, at.j, a);
     }
-    if (rb < cv) {
-      scanRows[rb * ng + cg] = bb;
-      bwStoreCols(bBase + bDVn() + rb * V, j, bb);
+    if (at.rb < ch.cv) {
+      scanRows[slot(at, at.rb)] = bb;
+      bwStoreCols(bBase + bDVn() + at.rb * p.V, at.j, bb);
     }
     workgroupBarrier();
     // dS = diag(gamma_C) dS' + scale (Q (.) Gamma)^T dO - W^T dVn (the last term newValuesBackward)
-    var q0 = vec4f(0.0);
-    var q1 = vec4f(0.0);
-    var q2 = vec4f(0.0);
-    var q3 = vec4f(0.0);
-    var w0 = vec4f(0.0);
-    var w1 = vec4f(0.0);
-    var w2 = vec4f(0.0);
-    var w3 = vec4f(0.0);
-    for (var r = 0u; r < cv; r++) {
-      let dO = cotCols(cDout() + tok(b, t0 + r, h) * V, j);
-      let dv = scanRows[r * ng + cg];
-      let qRow = base + wQg() + r * K;
-      let wRow = base + wW() + r * K;
-      q0 = fma(vec4f(work[qRow + d0c]), dO, q0);
-      q1 = fma(vec4f(work[qRow + d1c]), dO, q1);
-      q2 = fma(vec4f(work[qRow + d2c]), dO, q2);
-      q3 = fma(vec4f(work[qRow + d3c]), dO, q3);
-      w0 = fma(vec4f(work[wRow + d0c]), dv, w0);
-      w1 = fma(vec4f(work[wRow + d1c]), dv, w1);
-      w2 = fma(vec4f(work[wRow + d2c]), dv, w2);
-      w3 = fma(vec4f(work[wRow + d3c]), dv, w3);
+    var q = mat4x4f();
+    var w = mat4x4f();
+    for (var r = 0u; r < ch.cv; r++) {
+      let dO = cotCols(cDout() + tok(at.b, ch.t0 + r, at.h) * p.V, at.j);
+      q = tileFma(q, workAt4(ch.base + wQg() + r * p.K, at.dc), dO);
+      w = tileFma(w, workAt4(ch.base + wW() + r * p.K, at.dc), scanRows[slot(at, r)]);
     }
-    s0 = work[base + wGam() + d0c] * s0 + q0 - w0;
-    s1 = work[base + wGam() + d1c] * s1 + q1 - w1;
-    s2 = work[base + wGam() + d2c] * s2 + q2 - w2;
-    s3 = work[base + wGam() + d3c] * s3 + q3 - w3;
+    st = tileScaleRows(st, workAt4(ch.base + wGam(), at.dc)) + q - w;
     workgroupBarrier();
   }
 
   // dS after chunk 0 is dh0
-  if (d0 < K) { outpStoreCols(dh0Base + (bh * K + d0) * V, j, s0); }
-  if (d1 < K) { outpStoreCols(dh0Base + (bh * K + d1) * V, j, s1); }
-  if (d2 < K) { outpStoreCols(dh0Base + (bh * K + d2) * V, j, s2); }
-  if (d3 < K) { outpStoreCols(dh0Base + (bh * K + d3) * V, j, s3); }
+  storeStateTile(dH0(), at, st);
 }
-

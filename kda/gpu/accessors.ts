@@ -1,0 +1,182 @@
+// The vec4 accessors of the gpu arm's WGSL, generated from one template per kind of access.
+//
+// Core WGSL cannot pass a storage buffer to a function, so a helper that loads four floats of
+// `work` and one that loads four floats of `gs` must be two functions with the same body. Writing
+// those bodies by hand once per buffer made the three WGSL files repeat themselves; here each kind
+// of access is written once and the table below says which buffers get it. kda/gpu/device.ts
+// appends the result to the layout header of kda/gpu/layout.ts.
+
+/** The storage buffers (and the workgroup array) the kernels address in vec4 runs. */
+type Buffer = "x" | "work" | "states" | "outp" | "bw" | "gs" | "cot" | "wgm";
+
+/** A dimension that bounds a run of four: channels (K) or value columns (V). */
+type Limit = "K" | "V";
+
+/** One kind of vec4 access, and the WGSL function it becomes for a buffer. */
+interface Template {
+  /** The function's name for a buffer and, where it has one, a bound. */
+  name(buffer: Buffer, limit: Limit): string;
+  /** The function's WGSL text. */
+  body(buffer: Buffer, limit: Limit, name: string): string;
+}
+
+const LANES = ["x", "y", "z", "w"] as const;
+
+/** The four offsets 0..3 added to a first index, as WGSL text. */
+const plus = (i: number) => (i === 0 ? "" : ` + ${i}u`);
+
+/**
+ * A tile store: `<buffer><rowSuffix>` stores one row (skipped when row >= cv) lane by lane, each
+ * lane under its guard; `name` stores the four rows of a mat4x4f tile. `extra` is the last
+ * parameter of both (the region width, or whether the diagonal is zeroed too).
+ */
+function tileStore(
+  b: Buffer,
+  name: string,
+  rowSuffix: string,
+  extra: string,
+  rowOffset: string,
+  lane: (i: number, lane: string) => [guard: string, value: string],
+): string {
+  return [
+    `fn ${b}${rowSuffix}(region: u32, row: u32, c: u32, v: vec4f, cv: u32, ${extra}: u32) {`,
+    "  if (row >= cv) {",
+    "    return;",
+    "  }",
+    `  let at = region + ${rowOffset} + c;`,
+    ...LANES.map((l, i) => {
+      const [guard, value] = lane(i, l);
+      return `  if (${guard}) { ${b}[at${plus(i)}] = ${value}; }`;
+    }),
+    "}",
+    `fn ${name}(region: u32, r: u32, c: u32, t: mat4x4f, cv: u32, ${extra}: u32) {`,
+    ...LANES.map((_, i) => `  ${b}${rowSuffix}(region, r${plus(i)}, c, t[${i}], cv, ${extra});`),
+    "}",
+  ].join("\n");
+}
+
+/** A tile lane inside the region's width. */
+const keepInWidth = (i: number, lane: string): [string, string] => [
+  `c${plus(i)} < width`,
+  `v.${lane}`,
+];
+
+/** A tile lane of a lower triangle: zero above the diagonal (and on it, when strict = 1). */
+const keepLower = (i: number, lane: string): [string, string] => [
+  `c${plus(i)} < cv`,
+  `select(0.0, v.${lane}, c${plus(i)} + strict <= row)`,
+];
+
+const TEMPLATES = {
+  /** Four consecutive entries `row + j..`, zero past the bound. */
+  load: {
+    name: (b, l) => (l === "K" ? `${b}K4` : `${b}Cols`),
+    body: (b, l, name) =>
+      [
+        `fn ${name}(row: u32, j: u32) -> vec4f {`,
+        "  var v = vec4f(0.0);",
+        ...LANES.map((c, i) => `  if (j${plus(i)} < p.${l}) { v.${c} = ${b}[row + j${plus(i)}]; }`),
+        "  return v;",
+        "}",
+      ].join("\n"),
+  },
+  /** Stores four consecutive entries `row + j..`, skipping those past the bound. */
+  store: {
+    name: (b, l) => (l === "K" ? `${b}StoreK` : `${b}StoreCols`),
+    body: (b, l, name) =>
+      [
+        `fn ${name}(row: u32, j: u32, v: vec4f) {`,
+        ...LANES.map((c, i) => `  if (j${plus(i)} < p.${l}) { ${b}[row + j${plus(i)}] = v.${c}; }`),
+        "}",
+      ].join("\n"),
+  },
+  /** Stores row d of a [K, V] state tile transposed, as [V, K]: lanes run along V. */
+  storeTransposed: {
+    name: (b) => `${b}StoreT`,
+    body: (b, _l, name) =>
+      [
+        `fn ${name}(base: u32, d: u32, j: u32, v: vec4f) {`,
+        ...LANES.map((c, i) =>
+          `  if (j${plus(i)} < p.V) { ${b}[base + (j${plus(i)}) * p.K + d] = v.${c}; }`
+        ),
+        "}",
+      ].join("\n"),
+  },
+  /** Four entries `row + i.x .. row + i.w` (indices already clamped). */
+  gather: {
+    name: (b) => `${b}At4`,
+    body: (b, _l, name) =>
+      `fn ${name}(row: u32, i: vec4u) -> vec4f {\n` +
+      `  return vec4f(${LANES.map((c) => `${b}[row + i.${c}]`).join(", ")});\n}`,
+  },
+  /**
+   * Stores a register tile (rows r.., columns c..) into a [C, width] region, skipping rows >= cv
+   * and columns >= width (and, as `<buffer>StoreRow`, one row of it).
+   */
+  storeRows: {
+    name: (b) => `${b}StoreRows`,
+    body: (b, _l, name) => tileStore(b, name, "StoreRow", "width", "row * width", keepInWidth),
+  },
+  /**
+   * Stores a register tile (rows r.., columns c..) of a lower-triangular [C, C] region: columns
+   * c.. < cv, the entries above the diagonal (on it too, when strict = 1) written as zeros (and,
+   * as `<buffer>StoreTriRow`, one row of it).
+   */
+  storeTriangle: {
+    name: (b) => `${b}StoreTri`,
+    body: (b, _l, name) => tileStore(b, name, "StoreTriRow", "strict", "row * p.C", keepLower),
+  },
+} satisfies Record<string, Template>;
+
+/** Which buffer gets which access: [template, buffer, bound]. */
+const ACCESSORS: readonly (readonly [keyof typeof TEMPLATES, Buffer, Limit])[] = [
+  ["load", "x", "K"],
+  ["load", "x", "V"],
+  ["load", "work", "K"],
+  ["load", "work", "V"],
+  ["load", "states", "K"],
+  ["load", "bw", "K"],
+  ["load", "bw", "V"],
+  ["load", "gs", "K"],
+  ["load", "cot", "V"],
+  ["load", "outp", "V"],
+  ["store", "states", "V"],
+  ["store", "outp", "V"],
+  ["store", "outp", "K"],
+  ["store", "bw", "V"],
+  ["storeTransposed", "states", "V"],
+  ["storeTransposed", "bw", "V"],
+  ["gather", "x", "K"],
+  ["gather", "work", "K"],
+  ["gather", "states", "K"],
+  ["gather", "cot", "K"],
+  ["gather", "bw", "K"],
+  ["gather", "gs", "K"],
+  ["gather", "wgm", "K"],
+  ["storeRows", "work", "K"],
+  ["storeRows", "gs", "K"],
+  ["storeTriangle", "work", "K"],
+  ["storeTriangle", "gs", "K"],
+];
+
+/**
+ * The WGSL accessors of the kernels, one function per row of the accessor table: bounded vec4
+ * loads and stores (`workK4`, `xCols`, `outpStoreCols`, ...), transposed state stores
+ * (`statesStoreT`), four-index gathers (`gsAt4`) and register-tile stores (`gsStoreRows`,
+ * `workStoreTri`).
+ *
+ * @returns WGSL source, to follow the layout header.
+ * @example
+ * ```ts
+ * wgslAccessors().includes("fn gsStoreTri("); // true
+ * ```
+ */
+export function wgslAccessors(): string {
+  const parts = ["// ---- generated by kda/gpu/accessors.ts: do not edit ----"];
+  for (const [kind, buffer, limit] of ACCESSORS) {
+    const template: Template = TEMPLATES[kind];
+    parts.push(template.body(buffer, limit, template.name(buffer, limit)));
+  }
+  parts.push("// ---- end of generated accessors ----", "");
+  return parts.join("\n");
+}
