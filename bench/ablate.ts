@@ -8,9 +8,9 @@
 //   (default 4 4096 16 128 64); KDA_BENCH_OUT names a JSON file to write.
 
 import type { ChunkSize } from "../kda/_types.ts";
-import { destroyDeviceForTests, getContext, testFaults } from "../kda/gpu/device.ts";
-import { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
+import { destroyDeviceForTests, testFaults } from "../kda/gpu/device.ts";
 import { BACKWARD_STAGES, FORWARD_STAGES } from "../kda/gpu/layout.ts";
+import { withGpuJobs } from "./_run.ts";
 
 const SECTIONS = [
   "cumsum",
@@ -51,7 +51,6 @@ async function timeOnce(
   C: ChunkSize,
   runs: number,
 ): Promise<number[]> {
-  const ctx = await getContext();
   const { B, T, H, K, V } = dims;
   const fill = (n: number, f: (i: number) => number) =>
     Float32Array.from({ length: n }, (_, i) => f(i));
@@ -65,32 +64,20 @@ async function timeOnce(
     beta: fill(B * T * H, (i) => 0.2 + 0.6 * ((i * 31) % 17) / 17),
   };
   const dout = fill(B * T * H * V, (i) => Math.cos(5 * i) * 0.01);
-  const fjob = await ForwardJob.create(ctx, x, { chunkSize: C, saveForBackward: true });
-  const samples: number[][] = [];
-  // steady state: the stages `runs` times back to back in one submit, median per stage
+  // steady state: the stages `runs` times back to back in one submit, median per stage; run
+  // twice, keep the last
   const steady = { repeat: runs, readData: false };
-  try {
-    await fjob.run(true);
-    const saved = fjob.takeSaved();
-    try {
-      const bjob = await BackwardJob.create(saved, dout, undefined, false);
-      try {
-        await bjob.run(true);
-        for (let i = 0; i < 2; i++) {
-          const f = (await fjob.run(steady)).stageNs ?? [];
-          const b = (await bjob.run(steady)).stageNs ?? [];
-          samples.push([...f, ...b].map((ns) => ns / 1e6));
-        }
-      } finally {
-        bjob.destroy();
-      }
-    } finally {
-      saved.release();
+  const [, last] = await withGpuJobs(x, dout, C, (fjob) => fjob.run(true), async (bjob, fjob) => {
+    await bjob.run(true);
+    let ms: number[] = [];
+    for (let i = 0; i < 2; i++) {
+      const f = (await fjob.run(steady)).stageNs ?? [];
+      const b = (await bjob.run(steady)).stageNs ?? [];
+      ms = [...f, ...b].map((ns) => ns / 1e6);
     }
-  } finally {
-    fjob.destroy();
-  }
-  return samples[samples.length - 1];
+    return ms;
+  });
+  return last;
 }
 
 async function main(): Promise<void> {

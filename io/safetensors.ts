@@ -214,6 +214,15 @@ function checkShape(where: string, shape: unknown): number[] {
   return shape;
 }
 
+/** Fills `out` with `at(i)` for every index; the dtypes differ only in how one element is read. */
+function fill<A extends Float64Array | Float32Array | Int32Array>(
+  out: A,
+  at: (i: number) => number,
+): A {
+  for (let i = 0; i < out.length; i++) out[i] = at(i);
+  return out;
+}
+
 function decode(
   dtype: SafetensorsDType,
   bytes: Uint8Array,
@@ -222,41 +231,27 @@ function decode(
 ): Float64Array | Float32Array | Int32Array {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   switch (dtype) {
-    case "F64": {
-      const out = new Float64Array(count);
-      for (let i = 0; i < count; i++) out[i] = view.getFloat64(8 * i, true);
-      return out;
-    }
-    case "F32": {
-      const out = new Float32Array(count);
-      for (let i = 0; i < count; i++) out[i] = view.getFloat32(4 * i, true);
-      return out;
-    }
+    case "F64":
+      return fill(new Float64Array(count), (i) => view.getFloat64(8 * i, true));
+    case "F32":
+      return fill(new Float32Array(count), (i) => view.getFloat32(4 * i, true));
     case "F16":
     case "BF16": {
       const table = halfTable(dtype);
-      const out = new Float32Array(count);
-      for (let i = 0; i < count; i++) out[i] = table[view.getUint16(2 * i, true)];
-      return out;
+      return fill(new Float32Array(count), (i) => table[view.getUint16(2 * i, true)]);
     }
-    case "I32": {
-      const out = new Int32Array(count);
-      for (let i = 0; i < count; i++) out[i] = view.getInt32(4 * i, true);
-      return out;
-    }
-    case "I64": {
-      const out = new Int32Array(count);
-      for (let i = 0; i < count; i++) {
+    case "I32":
+      return fill(new Int32Array(count), (i) => view.getInt32(4 * i, true));
+    case "I64":
+      return fill(new Int32Array(count), (i) => {
         const v = view.getBigInt64(8 * i, true);
         if (v < -2147483648n || v > 2147483647n) {
           throw new RangeError(
             `${where} values must fit in 32 bits to be read as Int32Array: got ${v} at index ${i}`,
           );
         }
-        out[i] = Number(v);
-      }
-      return out;
-    }
+        return Number(v);
+      });
   }
 }
 

@@ -275,6 +275,10 @@ export interface TritonNameMapping {
 const m = (triton: string, kda: string, tritonShape: string, note: string): TritonNameMapping =>
   Object.freeze({ triton, kda, tritonShape, note });
 
+// q, k and v are named alike on both sides, so their rows come from one rule; each comes with
+// its per-head width (K for queries and keys, V for values).
+const QKV = [["q", "K"], ["k", "K"], ["v", "V"]] as const;
+
 /**
  * How flash-linear-attention's `KimiDeltaAttention` parameters map onto this package's groups
  * (docs/kda.md 2.4), for the tensors whose shapes and roles correspond. The layers compute the
@@ -300,12 +304,15 @@ const m = (triton: string, kda: string, tritonShape: string, note: string): Trit
  * ```
  */
 export const TRITON_NAME_MAP: readonly TritonNameMapping[] = Object.freeze([
-  m("q_proj.weight", "q_proj.weight", "[H·K, D]", "same layout"),
-  m("k_proj.weight", "k_proj.weight", "[H·K, D]", "same layout"),
-  m("v_proj.weight", "v_proj.weight", "[H·V, D]", "same layout"),
-  m("q_conv1d.weight", "q_conv_w", "[H·K, 1, 4]", "drop the middle axis: [H·K, 4], same tap order"),
-  m("k_conv1d.weight", "k_conv_w", "[H·K, 1, 4]", "drop the middle axis: [H·K, 4], same tap order"),
-  m("v_conv1d.weight", "v_conv_w", "[H·V, 1, 4]", "drop the middle axis: [H·V, 4], same tap order"),
+  ...QKV.map(([s, d]) => m(`${s}_proj.weight`, `${s}_proj.weight`, `[H·${d}, D]`, "same layout")),
+  ...QKV.map(([s, d]) =>
+    m(
+      `${s}_conv1d.weight`,
+      `${s}_conv_w`,
+      `[H·${d}, 1, 4]`,
+      `drop the middle axis: [H·${d}, 4], same tap order`,
+    )
+  ),
   m("f_proj.0.weight", "decay.w_down.weight", "[V, D]", "needs decayRank = head_v_dim"),
   m("f_proj.1.weight", "decay.w_up.weight", "[H·K, V]", "needs decayRank = head_v_dim"),
   m("dt_bias", "decay.b_alpha", "[H·K]", "same layout; needs lower_bound = ln(minDecay)"),

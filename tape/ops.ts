@@ -27,6 +27,29 @@ function checkTensor(name: string, arg: string, x: unknown): asserts x is Tensor
   }
 }
 
+// The elementwise ops differ only in their name and table entry, so one function makes each
+// kind; the name is set so that stack traces and logs show the op, not the factory's closure.
+
+/** The public function of an elementwise binary op: checks both operands, runs its entry. */
+function binaryOp(name: "add" | "sub" | "mul" | "div"): (a: Tensor, b: Tensor) => Tensor {
+  const op = (a: Tensor, b: Tensor): Tensor => {
+    checkTensor(name, "a", a), checkTensor(name, "b", b);
+    return apply(name, OPS[name], [a, b], undefined);
+  };
+  return Object.defineProperty(op, "name", { value: name });
+}
+
+/** The public function of an elementwise unary op: checks the operand, runs its entry. */
+function unaryOp(
+  name: "exp" | "log" | "sqrt" | "rsqrt" | "sigmoid" | "silu" | "softplus",
+): (x: Tensor) => Tensor {
+  const op = (x: Tensor): Tensor => {
+    checkTensor(name, "x", x);
+    return apply(name, OPS[name], [x], undefined);
+  };
+  return Object.defineProperty(op, "name", { value: name });
+}
+
 /**
  * Elementwise `a + b` with broadcasting.
  *
@@ -40,10 +63,7 @@ function checkTensor(name: string, arg: string, x: unknown): asserts x is Tensor
  * add(new Tensor(new Float64Array([1, 2]), [2]), new Tensor(new Float64Array([3]), [1]));
  * ```
  */
-export function add(a: Tensor, b: Tensor): Tensor {
-  checkTensor("add", "a", a), checkTensor("add", "b", b);
-  return apply("add", OPS.add, [a, b], undefined);
-}
+export const add: (a: Tensor, b: Tensor) => Tensor = binaryOp("add");
 
 /**
  * Elementwise `a − b` with broadcasting.
@@ -58,10 +78,7 @@ export function add(a: Tensor, b: Tensor): Tensor {
  * sub(new Tensor(new Float64Array([3, 4]), [2]), new Tensor(new Float64Array([1]), [1]));
  * ```
  */
-export function sub(a: Tensor, b: Tensor): Tensor {
-  checkTensor("sub", "a", a), checkTensor("sub", "b", b);
-  return apply("sub", OPS.sub, [a, b], undefined);
-}
+export const sub: (a: Tensor, b: Tensor) => Tensor = binaryOp("sub");
 
 /**
  * Elementwise `a · b` with broadcasting.
@@ -76,10 +93,7 @@ export function sub(a: Tensor, b: Tensor): Tensor {
  * mul(new Tensor(new Float64Array([1, 2]), [2]), new Tensor(new Float64Array([3]), [1]));
  * ```
  */
-export function mul(a: Tensor, b: Tensor): Tensor {
-  checkTensor("mul", "a", a), checkTensor("mul", "b", b);
-  return apply("mul", OPS.mul, [a, b], undefined);
-}
+export const mul: (a: Tensor, b: Tensor) => Tensor = binaryOp("mul");
 
 /**
  * Elementwise `a / b` with broadcasting.
@@ -94,10 +108,7 @@ export function mul(a: Tensor, b: Tensor): Tensor {
  * div(new Tensor(new Float64Array([1, 2]), [2]), new Tensor(new Float64Array([4]), [1]));
  * ```
  */
-export function div(a: Tensor, b: Tensor): Tensor {
-  checkTensor("div", "a", a), checkTensor("div", "b", b);
-  return apply("div", OPS.div, [a, b], undefined);
-}
+export const div: (a: Tensor, b: Tensor) => Tensor = binaryOp("div");
 
 /**
  * Multiplies by a constant.
@@ -132,10 +143,7 @@ export function scale(x: Tensor, c: number): Tensor {
  * exp(new Tensor(new Float64Array([0, 1]), [2]));
  * ```
  */
-export function exp(x: Tensor): Tensor {
-  checkTensor("exp", "x", x);
-  return apply("exp", OPS.exp, [x], undefined);
-}
+export const exp: (x: Tensor) => Tensor = unaryOp("exp");
 
 /**
  * Elementwise natural logarithm.
@@ -149,10 +157,7 @@ export function exp(x: Tensor): Tensor {
  * log(new Tensor(new Float64Array([1, Math.E]), [2]));
  * ```
  */
-export function log(x: Tensor): Tensor {
-  checkTensor("log", "x", x);
-  return apply("log", OPS.log, [x], undefined);
-}
+export const log: (x: Tensor) => Tensor = unaryOp("log");
 
 /**
  * Elementwise square root.
@@ -166,10 +171,7 @@ export function log(x: Tensor): Tensor {
  * sqrt(new Tensor(new Float64Array([4, 9]), [2]));
  * ```
  */
-export function sqrt(x: Tensor): Tensor {
-  checkTensor("sqrt", "x", x);
-  return apply("sqrt", OPS.sqrt, [x], undefined);
-}
+export const sqrt: (x: Tensor) => Tensor = unaryOp("sqrt");
 
 /**
  * Elementwise reciprocal square root.
@@ -183,10 +185,7 @@ export function sqrt(x: Tensor): Tensor {
  * rsqrt(new Tensor(new Float64Array([4]), [1]));
  * ```
  */
-export function rsqrt(x: Tensor): Tensor {
-  checkTensor("rsqrt", "x", x);
-  return apply("rsqrt", OPS.rsqrt, [x], undefined);
-}
+export const rsqrt: (x: Tensor) => Tensor = unaryOp("rsqrt");
 
 /**
  * Elementwise logistic sigmoid, computed without overflow for large |x|.
@@ -200,10 +199,7 @@ export function rsqrt(x: Tensor): Tensor {
  * sigmoid(new Tensor(new Float64Array([0]), [1]));
  * ```
  */
-export function sigmoid(x: Tensor): Tensor {
-  checkTensor("sigmoid", "x", x);
-  return apply("sigmoid", OPS.sigmoid, [x], undefined);
-}
+export const sigmoid: (x: Tensor) => Tensor = unaryOp("sigmoid");
 
 /**
  * Elementwise SiLU (swish).
@@ -217,10 +213,7 @@ export function sigmoid(x: Tensor): Tensor {
  * silu(new Tensor(new Float64Array([1]), [1]));
  * ```
  */
-export function silu(x: Tensor): Tensor {
-  checkTensor("silu", "x", x);
-  return apply("silu", OPS.silu, [x], undefined);
-}
+export const silu: (x: Tensor) => Tensor = unaryOp("silu");
 
 /**
  * Elementwise softplus, computed without overflow.
@@ -234,10 +227,7 @@ export function silu(x: Tensor): Tensor {
  * softplus(new Tensor(new Float64Array([0]), [1]));
  * ```
  */
-export function softplus(x: Tensor): Tensor {
-  checkTensor("softplus", "x", x);
-  return apply("softplus", OPS.softplus, [x], undefined);
-}
+export const softplus: (x: Tensor) => Tensor = unaryOp("softplus");
 
 /**
  * Matrix product of two 2-D tensors.

@@ -145,3 +145,19 @@ export function sameBytesCotangents(
     ct64: { dout: Float64Array.from(dout), ...(dht ? { dht: Float64Array.from(dht) } : {}) },
   };
 }
+
+/**
+ * One random f32 problem (gates in [−5, 0], with h0) and the very same values in f64, with
+ * cotangents (dout and dht, drawn from `seed + 1`) of the same bytes in both: an f64 reference
+ * then runs on exactly what the f32 path sees.
+ */
+export function f32AndF64(shape: KdaShape, seed: number): {
+  x32: KdaProblem;
+  x64: KdaProblem;
+  ct32: KdaCotangents;
+  ct64: KdaCotangents;
+} {
+  const x32 = randomKda(shape, seed, { gateMin: -5, withH0: true, dtype: "f32" });
+  const x64 = toF64(x32);
+  return { x32, x64, ...sameBytesCotangents(randomCotangents(x64, seed + 1, true)) };
+}

@@ -11,6 +11,20 @@ export { mulberry32 } from "../kda/_random.ts";
 /** Where an input's random values lie. */
 export type Domain = "real" | "wide" | "positive" | "awayFromZero";
 
+/** The elementwise binary ops, by name (their operands broadcast). */
+export const BINARY = { add: tp.add, sub: tp.sub, mul: tp.mul, div: tp.div } as const;
+
+/** The elementwise unary ops, each with the domain its input is drawn from. */
+export const UNARY: [name: string, op: (x: tp.Tensor) => tp.Tensor, domain: Domain][] = [
+  ["exp", tp.exp, "real"],
+  ["log", tp.log, "positive"],
+  ["sqrt", tp.sqrt, "positive"],
+  ["rsqrt", tp.rsqrt, "positive"],
+  ["sigmoid", tp.sigmoid, "wide"],
+  ["silu", tp.silu, "wide"],
+  ["softplus", tp.softplus, "wide"],
+];
+
 export function randomData(rng: () => number, n: number, domain: Domain): Float64Array {
   const out = new Float64Array(n);
   for (let i = 0; i < n; i++) {

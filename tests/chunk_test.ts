@@ -7,12 +7,11 @@ import { chunkBackward, chunkForward } from "../kda/chunk.ts";
 import { recurrentBackward, recurrentForward } from "./_bptt.ts";
 import {
   bitsEqual,
+  f32AndF64,
   type KdaShape,
   mulberry32,
   randomCotangents,
   randomKda,
-  sameBytesCotangents,
-  toF64,
   Worst,
 } from "./_fixtures.ts";
 import { recurrentKda } from "../kda/recurrent.ts";
@@ -167,13 +166,7 @@ Deno.test("chunkForward() and chunkBackward() are bit-identical from call to cal
 Deno.test("Float32Array inputs give Float32Array outputs that match f64 on the same values", () => {
   const worst = new Worst();
   for (const chunkSize of CHUNK_SIZES) {
-    const x32 = randomKda({ B: 2, T: 77, H: 2, K: 16, V: 12 }, 31, {
-      gateMin: -5,
-      withH0: true,
-      dtype: "f32",
-    });
-    const x64 = toF64(x32);
-    const { ct32, ct64 } = sameBytesCotangents(randomCotangents(x64, 32, true));
+    const { x32, x64, ct32, ct64 } = f32AndF64({ B: 2, T: 77, H: 2, K: 16, V: 12 }, 31);
     const f32 = chunkForward(x32, { chunkSize, saveStates: true });
     const f64 = chunkForward(x64, { chunkSize, saveStates: true });
     assert.ok(f32.o instanceof Float32Array && f32.ht instanceof Float32Array);

@@ -10,7 +10,7 @@ import { recurrentBackward, recurrentForward } from "./_bptt.ts";
 import * as fixtures from "./_fixtures.ts";
 import type { KdaShape } from "./_fixtures.ts";
 
-const { mulberry32, randomCotangents, randomKda, sameBytesCotangents, toF64, Worst } = fixtures;
+const { f32AndF64, mulberry32, randomCotangents, randomKda, Worst } = fixtures;
 
 import { GRAD_NAMES } from "../kda/_types.ts";
 
@@ -108,13 +108,7 @@ Deno.test("kda() and kdaVjp() cpu arm match the ops arm (outputs 1e-12, every gr
 
 Deno.test("kda() and kdaVjp() on Float32Array inputs return Float32Array outputs and gradients on the cpu and ops arms, close to f64", async () => {
   const worst = new Worst();
-  const x32 = randomKda({ B: 2, T: 21, H: 2, K: 4, V: 3 }, 77, {
-    gateMin: -5,
-    withH0: true,
-    dtype: "f32",
-  });
-  const x64 = toF64(x32);
-  const { ct32, ct64 } = sameBytesCotangents(randomCotangents(x64, 78, true));
+  const { x32, x64, ct32, ct64 } = f32AndF64({ B: 2, T: 21, H: 2, K: 4, V: 3 }, 77);
   const ref = recurrentForward(x64);
   const refGrads = recurrentBackward(x64, ct64);
   for (const arm of ["cpu", "ops"] as const) {

@@ -14,14 +14,30 @@ import {
 
 const FIXTURE = new URL("./fixtures/reference.safetensors", import.meta.url);
 
-/** A file from a header text and data bytes, with the length prefix set (or overridden). */
-function craft(header: string, data: Uint8Array = new Uint8Array(), length?: bigint): Uint8Array {
+/** A file from a header text and the data after it, with the length prefix set. */
+function craft(header: string, data: Uint8Array = new Uint8Array()): Uint8Array {
   const h = new TextEncoder().encode(header);
   const out = new Uint8Array(8 + h.length + data.length);
-  new DataView(out.buffer).setBigUint64(0, length ?? BigInt(h.length), true);
+  new DataView(out.buffer).setBigUint64(0, BigInt(h.length), true);
   out.set(h, 8);
   out.set(data, 8 + h.length);
   return out;
+}
+
+/** What reading a malformed file must throw: that error, or its name and a message pattern. */
+type Expected = Error | { name: string; message: RegExp };
+
+/**
+ * Asserts that reading each file, given as its header text and the data after it (the bytes, or
+ * that many zero bytes), throws the error paired with it.
+ */
+function assertUnreadable(
+  ...files: [header: string, data: Uint8Array | number, error: Expected][]
+): void {
+  for (const [header, data, error] of files) {
+    const bytes = craft(header, typeof data === "number" ? new Uint8Array(data) : data);
+    assert.throws(() => readSafetensors(bytes), error);
+  }
 }
 
 Deno.test("reader round-trips the fixture written by the reference Python package exactly", () => {
@@ -198,91 +214,94 @@ Deno.test("a header length beyond the file gives a named RangeError", () => {
 });
 
 Deno.test("bad JSON and a non-object header give named TypeErrors", () => {
-  assert.throws(() => readSafetensors(craft('{"x": {')), {
-    name: "TypeError",
-    message: /^header must be valid JSON: got /,
-  });
-  assert.throws(() => readSafetensors(craft("[1, 2]")), {
-    name: "TypeError",
-    message: "header must be a JSON object: got Array",
-  });
+  assertUnreadable(
+    ['{"x": {', 0, { name: "TypeError", message: /^header must be valid JSON: got / }],
+    ["[1, 2]", 0, new TypeError("header must be a JSON object: got Array")],
+  );
 });
 
 Deno.test("duplicate tensor names give a named RangeError", () => {
-  const h = '{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},' +
-    '"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}';
-  assert.throws(() => readSafetensors(craft(h, new Uint8Array(8))), {
-    name: "RangeError",
-    message: 'header names must be unique: got "x" twice',
-  });
+  assertUnreadable([
+    '{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},' +
+    '"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+    8,
+    new RangeError('header names must be unique: got "x" twice'),
+  ]);
 });
 
 Deno.test("an unknown dtype gives a named TypeError", () => {
-  const h = '{"x":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}}';
-  assert.throws(() => readSafetensors(craft(h, new Uint8Array(4))), {
-    name: "TypeError",
-    message: 'tensor "x".dtype must be one of F64, F32, F16, BF16, I32, I64: got I8',
-  });
+  assertUnreadable([
+    '{"x":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}}',
+    4,
+    new TypeError('tensor "x".dtype must be one of F64, F32, F16, BF16, I32, I64: got I8'),
+  ]);
 });
 
 Deno.test("a byte length not matching dtype and shape gives a named RangeError", () => {
-  const h = '{"x":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}}';
-  assert.throws(() => readSafetensors(craft(h, new Uint8Array(24))), {
-    name: "RangeError",
-    message: 'tensor "x" byte length must be 24 (F32 × [2, 3]): got 20',
-  });
+  assertUnreadable([
+    '{"x":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}}',
+    24,
+    new RangeError('tensor "x" byte length must be 24 (F32 × [2, 3]): got 20'),
+  ]);
 });
 
 Deno.test("out-of-range offsets give a named RangeError", () => {
-  const h = '{"x":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}';
-  assert.throws(() => readSafetensors(craft(h, new Uint8Array(8))), {
-    name: "RangeError",
-    message: 'tensor "x".data_offsets must satisfy begin <= end <= 8 (the data\'s length): ' +
-      "got [4, 12]",
-  });
-  const reversed = '{"x":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}}';
-  assert.throws(() => readSafetensors(craft(reversed, new Uint8Array(8))), {
-    name: "RangeError",
-    message: /data_offsets must satisfy begin <= end/,
-  });
-  const negative = '{"x":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}}';
-  assert.throws(() => readSafetensors(craft(negative, new Uint8Array(8))), {
-    name: "TypeError",
-    message: 'tensor "x".data_offsets must be two non-negative integers: got [-4,0]',
-  });
+  assertUnreadable(
+    [
+      '{"x":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}',
+      8,
+      new RangeError(
+        'tensor "x".data_offsets must satisfy begin <= end <= 8 (the data\'s length): got [4, 12]',
+      ),
+    ],
+    [
+      '{"x":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}}',
+      8,
+      { name: "RangeError", message: /data_offsets must satisfy begin <= end/ },
+    ],
+    [
+      '{"x":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}}',
+      8,
+      new TypeError('tensor "x".data_offsets must be two non-negative integers: got [-4,0]'),
+    ],
+  );
 });
 
 Deno.test("overlapping offsets give a named RangeError", () => {
-  const h = '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},' +
-    '"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}';
-  assert.throws(() => readSafetensors(craft(h, new Uint8Array(12))), {
-    name: "RangeError",
-    message: 'tensor "b".data_offsets must not overlap tensor "a" [0, 8]: got [4, 12]',
-  });
+  assertUnreadable([
+    '{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},' +
+    '"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}',
+    12,
+    new RangeError('tensor "b".data_offsets must not overlap tensor "a" [0, 8]: got [4, 12]'),
+  ]);
 });
 
 Deno.test("a bad shape and non-string metadata give named TypeErrors", () => {
-  const shape = '{"x":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}}';
-  assert.throws(() => readSafetensors(craft(shape, new Uint8Array(8))), {
-    name: "TypeError",
-    message: 'tensor "x".shape must be an array of non-negative integers: got [2.5]',
-  });
-  const meta = '{"__metadata__":{"seed":0}}';
-  assert.throws(() => readSafetensors(craft(meta)), {
-    name: "TypeError",
-    message: 'header.__metadata__["seed"] must be a string: got number',
-  });
+  assertUnreadable(
+    [
+      '{"x":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}}',
+      8,
+      new TypeError('tensor "x".shape must be an array of non-negative integers: got [2.5]'),
+    ],
+    [
+      '{"__metadata__":{"seed":0}}',
+      0,
+      new TypeError('header.__metadata__["seed"] must be a string: got number'),
+    ],
+  );
 });
 
 Deno.test("I64 values outside 32 bits give a named RangeError", () => {
   const data = new Uint8Array(16);
   new DataView(data.buffer).setBigInt64(8, 2n ** 40n, true);
-  const h = '{"cu_seqlens":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}}';
-  assert.throws(() => readSafetensors(craft(h, data)), {
-    name: "RangeError",
-    message: 'tensor "cu_seqlens" values must fit in 32 bits to be read as Int32Array: ' +
-      "got 1099511627776 at index 1",
-  });
+  assertUnreadable([
+    '{"cu_seqlens":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}}',
+    data,
+    new RangeError(
+      'tensor "cu_seqlens" values must fit in 32 bits to be read as Int32Array: ' +
+        "got 1099511627776 at index 1",
+    ),
+  ]);
 });
 
 Deno.test("writer rejects bad tensors and metadata with named errors", () => {

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import * as tp from "../tape/mod.ts";
 import {
   asArray,
+  BINARY,
   type Domain,
   mlp,
   MLP_SPECS,
@@ -14,6 +15,7 @@ import {
   randomData,
   type Spec,
   squareNode,
+  UNARY,
 } from "./_tape_check.ts";
 import { recurrentKda } from "../kda/recurrent.ts";
 import { chunkBackward, chunkForward } from "../kda/chunk.ts";
@@ -25,17 +27,7 @@ interface Case {
   specs: Spec[];
 }
 
-const BINARY = { add: tp.add, sub: tp.sub, mul: tp.mul, div: tp.div } as const;
 const BROADCASTS: [number[], number[]][] = [[[2, 3], [2, 3]], [[2, 1, 4], [3, 1]], [[2, 3], []]];
-const UNARY: [string, (x: tp.Tensor) => tp.Tensor, Domain][] = [
-  ["exp", tp.exp, "real"],
-  ["log", tp.log, "positive"],
-  ["sqrt", tp.sqrt, "positive"],
-  ["rsqrt", tp.rsqrt, "positive"],
-  ["sigmoid", tp.sigmoid, "wide"],
-  ["silu", tp.silu, "wide"],
-  ["softplus", tp.softplus, "wide"],
-];
 
 /** One case per op and per interesting variant (broadcasting, axes, constant operands). */
 const CASES: Case[] = [
