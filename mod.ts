@@ -31,6 +31,7 @@ export {
   type KdaOptions,
   kdaVjp,
   resetSeamCounts,
+  type ResultArray,
   seamCounts,
   seamDecisions,
 } from "./kda/op.ts";
@@ -65,5 +66,13 @@ export {
   type GpuStatus,
   gpuStatus,
 } from "./kda/gpu/mod.ts";
+export {
+  DeviceTensor,
+  gpuDevice,
+  gpuSyncs,
+  type GpuTensor,
+  isGpuTensor,
+  toGpu,
+} from "./kda/gpu/tensor.ts";
 export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
 export { type Tensor } from "./tape/mod.ts";

@@ -15,8 +15,10 @@
 
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
 import { gpuBackward, gpuForward, gpuStatus, gpuUnsupportedReason } from "../kda/gpu/mod.ts";
-import { getContext } from "../kda/gpu/device.ts";
-import { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
+import type { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
+import { withGpuJobs } from "./_run.ts";
+import { kda, kdaVjp } from "../kda/op.ts";
+import { toGpu } from "../kda/gpu/tensor.ts";
 import { BACKWARD_STAGES, FORWARD_STAGES } from "../kda/gpu/layout.ts";
 
 /** One benchmarked problem. */
@@ -191,6 +193,50 @@ async function timeRuns(
   return { wallMs: median(walls), stageMs, totalMinMs, runs: walls.length };
 }
 
+/** Host wall of kda and kdaVjp on GpuTensors, each with the one read a step needs. */
+async function onDeviceWall(
+  s: BenchShape,
+  x: KdaProblem<Float32Array>,
+  dout: Float32Array,
+  runs: number,
+  budgetMs: number,
+): Promise<{ forward: number; forwardBackward: number }> {
+  const { B, T, H, K, V } = s;
+  const inputs = {
+    B,
+    T,
+    H,
+    K,
+    V,
+    scale: x.scale,
+    q: await toGpu(x.q, [B, T, H, K]),
+    k: await toGpu(x.k, [B, T, H, K]),
+    v: await toGpu(x.v, [B, T, H, V]),
+    g: await toGpu(x.g, [B, T, H, K]),
+    beta: await toGpu(x.beta, [B, T, H]),
+  };
+  const cotangent = await toGpu(dout, [B, T, H, V]);
+  const options = { arm: "gpu", strict: true, chunkSize: s.C } as const;
+  try {
+    const forward = await timeRuns(runs, budgetMs, async () => {
+      const { o, ht } = await kda(inputs, options);
+      await ht.read();
+      o.release();
+      ht.release();
+      return undefined;
+    });
+    const both = await timeRuns(runs, budgetMs, async () => {
+      const grads = await kdaVjp(inputs, { dout: cotangent }, options);
+      await grads.dbeta.read();
+      for (const t of Object.values(grads)) t.release();
+      return undefined;
+    });
+    return { forward: forward.wallMs, forwardBackward: both.wallMs };
+  } finally {
+    for (const t of [inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, cotangent]) t.release();
+  }
+}
+
 function slug(text: string): string {
   return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
 }
@@ -240,32 +286,18 @@ async function main(): Promise<void> {
         saved!.release();
         return undefined;
       });
-      // inputs resident: one submit + one readback per run, stages timed on the GPU
-      const ctx = await getContext();
-      const fjob = await ForwardJob.create(ctx, x, { chunkSize: C, saveForBackward: true });
-      let fwd, bwd;
+      // inputs resident: one submit + one readback per run, stages timed on the GPU; then the
       // steady-state kernel time: the stages REPEAT times back to back in one submit (no
       // readback between, so the GPU's clocks settle), median per stage; run twice, keep the last
-      let fwdSteady: number[] | undefined, bwdSteady: number[] | undefined;
       const steady = { repeat: REPEAT, readData: false };
-      try {
-        fwd = await timeRuns(runs, budgetMs, async () => (await fjob.run(true)).stageNs);
-        for (let i = 0; i < 2; i++) fwdSteady = (await fjob.run(steady)).stageNs;
-        const saved = fjob.takeSaved();
-        try {
-          const bjob = await BackwardJob.create(saved, dout, undefined, false);
-          try {
-            bwd = await timeRuns(runs, budgetMs, async () => (await bjob.run(true)).stageNs);
-            for (let i = 0; i < 2; i++) bwdSteady = (await bjob.run(steady)).stageNs;
-          } finally {
-            bjob.destroy();
-          }
-        } finally {
-          saved.release();
-        }
-      } finally {
-        fjob.destroy();
-      }
+      const time = async (job: ForwardJob | BackwardJob) => {
+        const timed = await timeRuns(runs, budgetMs, async () => (await job.run(true)).stageNs);
+        let last: number[] | undefined;
+        for (let i = 0; i < 2; i++) last = (await job.run(steady)).stageNs;
+        return [timed, last] as const;
+      };
+      const [[fwd, fwdSteady], [bwd, bwdSteady]] = await withGpuJobs(x, dout, C, time, time);
+      const device = await onDeviceWall(s, x, dout, runs, budgetMs);
       const sum = (xs: number[] | null | undefined) => xs ? xs.reduce((a, b) => a + b, 0) : null;
       const steadyMs = [...(fwdSteady ?? []), ...(bwdSteady ?? [])].map((ns) => ns / 1e6);
       const kFwd = fwdSteady ? sum(fwdSteady)! / 1e6 : null;
@@ -293,6 +325,9 @@ async function main(): Promise<void> {
           backwardMin: bwd.totalMinMs,
         },
         residentMs: { forward: fwd.wallMs, backward: bwd.wallMs },
+        // kda / kdaVjp on GpuTensors, each followed by the one host sync a step pays (reading
+        // ht, or dbeta): the host wall of a chained training step
+        deviceMs: device,
         endToEndMs: { forward: e2eFwd.wallMs, forwardBackward: e2eBoth.wallMs },
         runs: { e2e: e2eFwd.runs, resident: fwd.runs },
         flops,
@@ -314,7 +349,10 @@ async function main(): Promise<void> {
         }], bwd ${fmt(kBwd)} ms [${BACKWARD_STAGES.map((n) => `${n} ${fmt(st[n])}`).join(", ")}]`,
       );
       console.log(
-        `    resident wall fwd ${fmt(fwd.wallMs)} / bwd ${fmt(bwd.wallMs)} ms; end to end fwd ` +
+        `    resident wall fwd ${fmt(fwd.wallMs)} / bwd ${
+          fmt(bwd.wallMs)
+        } ms; GpuTensor step fwd ` +
+          `${fmt(device.forward)} / fwd+bwd ${fmt(device.forwardBackward)} ms; end to end fwd ` +
           `${fmt(e2eFwd.wallMs)} / fwd+bwd ${fmt(e2eBoth.wallMs)} ms; ` +
           `${r.tflops.forward?.toPrecision(3) ?? "—"} TFLOP/s fwd, ` +
           `${r.tflops.forwardBackward?.toPrecision(3) ?? "—"} fwd+bwd; ` +

@@ -37,6 +37,7 @@ interface Result extends BenchShape {
   };
   residentMs?: { forward: number; backward: number };
   endToEndMs?: { forward: number; forwardBackward: number };
+  deviceMs?: { forward: number; forwardBackward: number };
   tflops?: { forward: number | null; forwardBackward: number | null };
   gbps?: { forward: number | null; backward: number | null };
 }
@@ -86,6 +87,7 @@ function fileSection(doc: ResultsFile): string {
         "kernel bwd ms",
         "kernel fwd+bwd ms",
         "resident wall fwd / bwd ms",
+        "GpuTensor step fwd / fwd+bwd ms",
         "end-to-end fwd / fwd+bwd ms",
         "TFLOP/s fwd / fwd+bwd",
         "GB/s fwd / bwd",
@@ -96,12 +98,7 @@ function fileSection(doc: ResultsFile): string {
             `(${r.B}, ${r.T}, ${r.H}, ${r.K})`,
             String(r.C),
             r.skipped ? `skipped: ${r.skipped}` : `failed: ${r.failed}`,
-            "",
-            "",
-            "",
-            "",
-            "",
-            "",
+            ...Array(7).fill(""),
           ]
           : [
             `(${r.B}, ${r.T}, ${r.H}, ${r.K})`,
@@ -110,6 +107,7 @@ function fileSection(doc: ResultsFile): string {
             ms(r.kernelMs.backward),
             ms(r.kernelMs.total),
             `${ms(r.residentMs?.forward)} / ${ms(r.residentMs?.backward)}`,
+            `${ms(r.deviceMs?.forward)} / ${ms(r.deviceMs?.forwardBackward)}`,
             `${ms(r.endToEndMs?.forward)} / ${ms(r.endToEndMs?.forwardBackward)}`,
             `${f(r.tflops?.forward, 3)} / ${f(r.tflops?.forwardBackward, 3)}`,
             `${f(r.gbps?.forward, 1)} / ${f(r.gbps?.backward, 1)}`,

@@ -20,6 +20,9 @@ import type {
 import { checkKdaCotangents, checkKdaInputs, checkKdaOptions, checkObject } from "./_check.ts";
 import { isHalf, narrowHalf, widenHalf } from "./_half.ts";
 import { DEFAULT_CHUNK_SIZES, type KdaRequest, kdaSeam, runKda } from "./arms.ts";
+import { onDevice } from "./_check_device.ts";
+import { kdaOnDevice, kdaVjpOnDevice } from "./_on_device.ts";
+import type { DeviceTensor, GpuTensor } from "./gpu/tensor.ts";
 
 export { DEFAULT_CHUNK_SIZES };
 
@@ -30,11 +33,24 @@ export { DEFAULT_CHUNK_SIZES };
  *
  * `F` may be Float16Array where the runtime has it: the op then computes in f32 and returns
  * Float16Array outputs and gradients (docs/kda.md 3).
+ *
+ * `F` may be {@linkcode GpuTensor} (every array on the gpu arm's device, none on the host): the
+ * gpu arm then runs with no host copy and no host sync, and returns {@linkcode DeviceTensor}s
+ * (see {@linkcode ResultArray}). `HV` and `cuSeqlens` are then not available, and the elements are
+ * not checked (reading them would be a host sync): non-finite values or positive gates are the
+ * caller's to rule out.
  */
-export interface KdaInputs<F extends PublicFloat = Float> extends KdaDims, KdaArrays<F>, KdaLayout {
+export interface KdaInputs<F extends PublicFloat | GpuTensor = Float>
+  extends KdaDims, KdaArrays<F>, KdaLayout {
   /** Query scale; default K^(-1/2). */
   scale?: number;
 }
+
+/**
+ * The array type of a call's results: a {@linkcode DeviceTensor} (owned by the caller, who
+ * releases it) for GpuTensor inputs, else the inputs' own type.
+ */
+export type ResultArray<F> = F extends GpuTensor ? DeviceTensor : F;
 
 /** Options of {@linkcode kda} and {@linkcode kdaVjp}. */
 export interface KdaOptions {
@@ -114,10 +130,11 @@ function tensorsOf(problem: KdaProblem, wrap: (data: Float, shape: number[]) => 
  * }, { arm: "cpu" });
  * ```
  */
-export async function kda<F extends PublicFloat>(
+export async function kda<F extends PublicFloat | GpuTensor>(
   inputs: KdaInputs<F>,
   options: KdaOptions = {},
-): Promise<KdaOutputs<F>> {
+): Promise<KdaOutputs<ResultArray<F>>> {
+  if (onDevice(inputs)) return await kdaOnDevice(inputs, options) as KdaOutputs<ResultArray<F>>;
   const widened = widenInputs(inputs);
   const { problem } = checkKdaInputs(widened.inputs);
   const { chunkSize, ...seamOptions } = checkKdaOptions(options);
@@ -127,7 +144,7 @@ export async function kda<F extends PublicFloat>(
     seamOptions,
   );
   const out = { o: o.data, ht: ht.data };
-  return (widened.half ? narrowHalf(out) : out) as KdaOutputs<F>;
+  return (widened.half ? narrowHalf(out) : out) as KdaOutputs<ResultArray<F>>;
 }
 
 /**
@@ -156,11 +173,14 @@ export async function kda<F extends PublicFloat>(
  * }, { dout: new Float64Array(B * T * H * V).fill(1) }, { arm: "cpu" });
  * ```
  */
-export async function kdaVjp<F extends PublicFloat>(
+export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   inputs: KdaInputs<F>,
   cotangents: KdaCotangents<F>,
   options: KdaOptions = {},
-): Promise<KdaGrads<F>> {
+): Promise<KdaGrads<ResultArray<F>>> {
+  if (onDevice(inputs)) {
+    return await kdaVjpOnDevice(inputs, cotangents, options) as KdaGrads<ResultArray<F>>;
+  }
   const widened = widenInputs(inputs);
   const { problem, dtype } = checkKdaInputs(widened.inputs);
   const { dout, dht } = checkKdaCotangents(
@@ -194,7 +214,7 @@ export async function kdaVjp<F extends PublicFloat>(
       dbeta: grad(x.beta),
       dh0: grad(x.h0),
     };
-    return (widened.half ? narrowHalf(out) : out) as KdaGrads<F>;
+    return (widened.half ? narrowHalf(out) : out) as KdaGrads<ResultArray<F>>;
   } finally {
     tape.dispose();
   }

@@ -404,6 +404,67 @@ export class Seam<R> {
     return await this.#runFused(arm, inputs, request, detach, hooks);
   }
 
+  /**
+   * Runs a call whose data already lives on one fused arm's device, so that no other arm can take
+   * it without a host copy the caller did not ask for. The call is counted like any other. A wish
+   * for another arm is refused when it is binding (`options.arm`, the require variable) and
+   * recorded as not honoured when it is not (the force variable). When the arm cannot run the
+   * call, the decline is counted, recorded with its reason and thrown: there is nowhere to fall
+   * back to.
+   *
+   * @param request The op's request (dimensions and settings), validated by the caller.
+   * @param call `arm` (whose device holds the data), `dtype`, whether `run` also runs the arm's
+   *   `backward`, and `run`, which runs the call on that arm.
+   * @param options Arm, strictness and quietness.
+   * @returns What `run` returns.
+   */
+  async runOnDevice<T>(
+    request: R,
+    call: { arm: string; dtype: DType; backward: boolean; run: () => Promise<T> },
+    options: DispatchOptions = {},
+  ): Promise<T> {
+    this.#counts.asked++;
+    const { env, op } = this.#policy;
+    const arm = this.#arm(this.#checkArmName("call.arm", call.arm));
+    if (arm.kind !== "fused") {
+      throw new TypeError(`call.arm must be a fused arm: got the composite arm ${arm.name}`);
+    }
+    const where = `the data lives on the ${arm.name} arm's device`;
+    if (options.arm !== undefined) {
+      const asked = this.#checkArmName("options.arm", options.arm);
+      if (asked !== arm.name) {
+        throw new RangeError(`options.arm must be ${arm.name} when ${where}: got ${asked}`);
+      }
+    }
+    const require = readEnv(env.require), force = readEnv(env.force);
+    const required = require.value === undefined
+      ? undefined
+      : this.#checkArmName(env.require, require.value);
+    if (required !== undefined && required !== arm.name) {
+      throw new Error(
+        `${op}: ${env.require}=${required} requires the ${required} arm, but ${where}`,
+      );
+    }
+    const reason = await arm.whyNot(request, call.dtype);
+    if (reason !== null) {
+      this.#counts.declined++;
+      this.#record(arm.name, "none", reason);
+      throw new Error(`${op}: ${where}, but that arm cannot run this call: ${reason}`);
+    }
+    const forced = force.value === undefined
+      ? undefined
+      : this.#checkArmName(env.force, force.value);
+    if (forced !== undefined && forced !== arm.name) {
+      const note = `${env.force}=${forced} is not honoured: ${where}`;
+      this.#record(arm.name, arm.name, note);
+      this.#warn(options.quiet ?? readEnv(env.quiet).value === "1", arm.name, arm.name, note);
+    }
+    const result = await call.run();
+    this.#counts.fusedFwd++;
+    if (call.backward) this.#counts.fusedBwd++;
+    return result;
+  }
+
   async #runFused(
     arm: FusedArm<R>,
     inputs: readonly (Tensor | undefined)[],

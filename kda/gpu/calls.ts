@@ -24,7 +24,30 @@ import {
   sizeOf,
   tableOffsets,
 } from "./layout.ts";
-import { type PassResult, runPasses, type TimingOptions } from "./passes.ts";
+import { type BufferCopy, type PassResult, runPasses, type TimingOptions } from "./passes.ts";
+import { type GpuTensor, isGpuTensor } from "./tensor.ts";
+
+/** An array a job reads: on the host (uploaded at creation) or on the device (copied per run). */
+export type JobArray = Float32Array | GpuTensor;
+
+/**
+ * Queues `data` into `target` at float offset `at`: a host array now, a device tensor as a copy
+ * that each run encodes before its passes.
+ */
+function place(
+  queue: GPUQueue,
+  copies: BufferCopy[],
+  target: GPUBuffer,
+  at: number,
+  data: JobArray,
+  floats: number,
+): void {
+  if (isGpuTensor(data)) {
+    copies.push({ source: data.buffer, target, targetOffset: at * 4, bytes: floats * 4 });
+  } else {
+    upload(queue, target, at, data);
+  }
+}
 
 /**
  * What the backward needs, kept on the GPU (the packed inputs, the per-chunk work and the
@@ -123,6 +146,19 @@ export class SavedState implements GpuSaved {
   }
 }
 
+/** A job's own buffers: all it owns, its bind group, what it reads back, and its device copies. */
+interface JobBuffers {
+  set: BufferSet;
+  bindGroup: GPUBindGroup;
+  source: GPUBuffer;
+  copiesIn: BufferCopy[];
+}
+
+/** Floats of one region of a table. */
+function regionFloats(table: RegionTable, name: string, plan: Plan): number {
+  return sizeOf(table.regions.find((r) => r.name === name)!.size, plan.dims);
+}
+
 /** [offset, length] of every region of a table, in order. */
 function splitOf(table: RegionTable, plan: Plan): [number, number][] {
   const { offsets } = tableOffsets(table, plan.dims);
@@ -166,9 +202,7 @@ function bindAll(
  * ```
  */
 export class ForwardJob {
-  #set: BufferSet;
-  #bindGroup: GPUBindGroup;
-  #out: GPUBuffer;
+  #job: JobBuffers;
   #kept: { inputs: GPUBuffer; work: GPUBuffer; states: GPUBuffer };
 
   private constructor(
@@ -176,28 +210,25 @@ export class ForwardJob {
     readonly plan: Plan,
     readonly scale: number,
     readonly flags: number,
-    set: BufferSet,
-    bindGroup: GPUBindGroup,
-    out: GPUBuffer,
+    job: JobBuffers,
     kept: { inputs: GPUBuffer; work: GPUBuffer; states: GPUBuffer },
   ) {
-    this.#set = set;
-    this.#bindGroup = bindGroup;
-    this.#out = out;
+    this.#job = job;
     this.#kept = kept;
   }
 
   /**
-   * Allocates the call's buffers and uploads its inputs (arguments already checked).
+   * Allocates the call's buffers and uploads its host inputs; device inputs are copied on the
+   * GPU at each run (arguments already checked).
    *
    * @param ctx The device context.
-   * @param x The problem, Float32Array fields.
+   * @param x The problem, with Float32Array or GpuTensor arrays.
    * @param options chunkSize, saveForBackward, prefillNaN.
    * @returns The job.
    */
   static async create(
     ctx: GpuContext,
-    x: KdaProblem<Float32Array>,
+    x: KdaProblem<JobArray>,
     options: { chunkSize: ChunkSize; saveForBackward?: boolean; prefillNaN?: boolean },
   ): Promise<ForwardJob> {
     const plan = makePlan(x, options.chunkSize);
@@ -222,13 +253,15 @@ export class ForwardJob {
           if (save) fillNaN(queue, states, f.states);
           fillNaN(queue, out, f.outputs);
         }
+        const copies: BufferCopy[] = [];
         const { offsets } = tableOffsets(INPUTS, plan.dims);
-        upload(queue, inputs, offsets.Q, x.q);
-        upload(queue, inputs, offsets.K, x.k);
-        upload(queue, inputs, offsets.V, x.v);
-        upload(queue, inputs, offsets.G, x.g);
-        upload(queue, inputs, offsets.Beta, x.beta);
-        if (x.h0 !== undefined) upload(queue, inputs, offsets.H0, x.h0);
+        for (const [region, data] of [["Q", x.q], ["K", x.k], ["V", x.v], ["G", x.g]] as const) {
+          place(queue, copies, inputs, offsets[region], data, regionFloats(INPUTS, region, plan));
+        }
+        place(queue, copies, inputs, offsets.Beta, x.beta, regionFloats(INPUTS, "Beta", plan));
+        if (x.h0 !== undefined) {
+          place(queue, copies, inputs, offsets.H0, x.h0, regionFloats(INPUTS, "H0", plan));
+        }
         const bindGroup = bindAll(ctx, "kda forward", {
           p: params,
           x: inputs,
@@ -238,14 +271,17 @@ export class ForwardJob {
           // read-only like x (a writable placeholder there would conflict with states, bw, gs)
           cot: inputs,
         });
-        return { inputs, work, states, out, bindGroup };
+        return { inputs, work, states, out, bindGroup, copies };
       });
-      const { inputs, work, states, out, bindGroup } = made;
-      return new ForwardJob(ctx, plan, x.scale, flags, set, bindGroup, out, {
-        inputs,
-        work,
-        states,
-      });
+      const { inputs, work, states, out, bindGroup, copies } = made;
+      return new ForwardJob(
+        ctx,
+        plan,
+        x.scale,
+        flags,
+        { set, bindGroup, source: out, copiesIn: copies },
+        { inputs, work, states },
+      );
     } catch (error) {
       set.destroyAll();
       throw error;
@@ -253,25 +289,28 @@ export class ForwardJob {
   }
 
   /**
-   * Runs the forward: one submit, one readback.
+   * Runs the forward: one submit, and one readback unless `targets` keep the results on the GPU.
    *
    * @param timing Whether to time each stage on the GPU (options: repeat, without readback).
+   * @param targets Buffers for `o` and `ht` on the device: then nothing is read back.
    * @returns `o` and `ht`, each with its own ArrayBuffer (empty without readback), and the stage
    *   times.
    */
   async run(
     timing: boolean | TimingOptions = false,
+    targets?: readonly GPUBuffer[],
   ): Promise<{ o: Float32Array; ht: Float32Array; stageNs?: number[] }> {
     const { plan } = this;
-    const result: PassResult = await runPasses(this.ctx, this.#set, {
+    const { set, ...buffers } = this.#job;
+    const result: PassResult = await runPasses(this.ctx, set, {
       what: "gpuForward",
       plan,
-      bindGroup: this.#bindGroup,
+      ...buffers,
       stages: FORWARD_STAGES,
       reverse: false,
-      source: this.#out,
       floats: plan.floats.outputs,
       split: splitOf(OUTPUTS, plan),
+      ...(targets !== undefined ? { targets } : {}),
     }, timing);
     const [o = new Float32Array(0), ht = new Float32Array(0)] = result.arrays;
     return {
@@ -291,13 +330,13 @@ export class ForwardJob {
       throw new Error("The forward ran without saveForBackward: nothing to save");
     }
     const { inputs, work, states } = this.#kept;
-    this.#set.take([inputs, work, states]);
+    this.#job.set.take([inputs, work, states]);
     return new SavedState(this.ctx, this.plan, this.scale, this.flags, this.#kept);
   }
 
   /** Destroys every buffer the job still owns. */
   destroy(): void {
-    this.#set.destroyAll();
+    this.#job.set.destroyAll();
   }
 }
 
@@ -325,19 +364,10 @@ export class ForwardJob {
  * ```
  */
 export class BackwardJob {
-  #set: BufferSet;
-  #bindGroup: GPUBindGroup;
-  #grads: GPUBuffer;
+  #job: JobBuffers;
 
-  private constructor(
-    readonly saved: SavedState,
-    set: BufferSet,
-    bindGroup: GPUBindGroup,
-    grads: GPUBuffer,
-  ) {
-    this.#set = set;
-    this.#bindGroup = bindGroup;
-    this.#grads = grads;
+  private constructor(readonly saved: SavedState, job: JobBuffers) {
+    this.#job = job;
   }
 
   /**
@@ -352,15 +382,15 @@ export class BackwardJob {
    */
   static async create(
     saved: SavedState,
-    dout: Float32Array,
-    dht: Float32Array | undefined,
+    dout: JobArray,
+    dht: JobArray | undefined,
     prefillNaN: boolean,
   ): Promise<BackwardJob> {
     const { ctx, plan } = saved;
     const flags = saved.flags | (dht !== undefined ? FLAGS.HAS_DHT : 0);
     const set = new BufferSet(ctx.device);
     try {
-      const { bindGroup, grads } = await ctx.scoped("gpuBackward (allocation and upload)", () => {
+      const made = await ctx.scoped("gpuBackward (allocation and upload)", () => {
         const f = plan.floats;
         const cot = set.make("cotangents", f.cotangents);
         const bw = set.make("backward scratch", f.bw);
@@ -375,9 +405,12 @@ export class BackwardJob {
           fillNaN(queue, gs, f.gs);
           fillNaN(queue, grads, f.grads);
         }
+        const copies: BufferCopy[] = [];
         const { offsets } = tableOffsets(COTANGENTS, plan.dims);
-        upload(queue, cot, offsets.Dout, dout);
-        if (dht !== undefined) upload(queue, cot, offsets.Dht, dht);
+        place(queue, copies, cot, offsets.Dout, dout, regionFloats(COTANGENTS, "Dout", plan));
+        if (dht !== undefined) {
+          place(queue, copies, cot, offsets.Dht, dht, regionFloats(COTANGENTS, "Dht", plan));
+        }
         const bindGroup = bindAll(ctx, "kda backward", {
           p: params,
           x: saved.buffers.inputs,
@@ -388,9 +421,14 @@ export class BackwardJob {
           gs,
           cot,
         });
-        return { bindGroup, grads };
+        return { bindGroup, grads, copies };
       });
-      return new BackwardJob(saved, set, bindGroup, grads);
+      return new BackwardJob(saved, {
+        set,
+        bindGroup: made.bindGroup,
+        source: made.grads,
+        copiesIn: made.copies,
+      });
     } catch (error) {
       set.destroyAll();
       throw error;
@@ -398,29 +436,36 @@ export class BackwardJob {
   }
 
   /**
-   * Runs the backward: one submit, one readback.
+   * Runs the backward: one submit, and one readback unless `targets` keep the gradients on the
+   * GPU.
    *
    * @param timing Whether to time each stage on the GPU.
-   * @returns The gradients dq, dk, dv, dg, dbeta, dh0 (in that order), and the stage times.
+   * @param targets Buffers for dq, dk, dv, dg, dbeta, dh0 on the device: then nothing is read back.
+   * @returns The gradients dq, dk, dv, dg, dbeta, dh0 (in that order; none with `targets`), and
+   *   the stage times.
    */
-  run(timing: boolean | TimingOptions = false): Promise<PassResult> {
+  run(
+    timing: boolean | TimingOptions = false,
+    targets?: readonly GPUBuffer[],
+  ): Promise<PassResult> {
     const { plan, ctx } = this.saved;
     // arrays: dq, dk, dv, dg, dbeta, dh0
-    return runPasses(ctx, this.#set, {
+    const { set, ...buffers } = this.#job;
+    return runPasses(ctx, set, {
       what: "gpuBackward",
       plan,
-      bindGroup: this.#bindGroup,
+      ...buffers,
       stages: BACKWARD_STAGES,
       reverse: true,
-      source: this.#grads,
       floats: plan.floats.grads,
       split: splitOf(GRADS, plan),
+      ...(targets !== undefined ? { targets } : {}),
     }, timing);
   }
 
   /** Destroys the job's own buffers (never the saved ones). */
   destroy(): void {
-    this.#set.destroyAll();
+    this.#job.set.destroyAll();
   }
 }
 

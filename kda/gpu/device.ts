@@ -13,6 +13,7 @@ import {
   WORKGROUP_SIZE,
 } from "./layout.ts";
 import { createBuffer, destroyBuffer } from "./buffers.ts";
+import { wgslAccessors } from "./accessors.ts";
 
 /**
  * What the module knows about the adapter it runs on.
@@ -207,8 +208,8 @@ const SHADER_FILES = ["../chunk.wgsl", "./scans.wgsl", "./intra_backward.wgsl"] 
 
 /** The module's source, and where each part starts (line numbers, 1-based) for messages. */
 async function loadShader(): Promise<{ code: string; parts: { name: string; line: number }[] }> {
-  let code = wgslHeader();
-  const parts = [{ name: "the generated header", line: 1 }];
+  let code = wgslHeader() + wgslAccessors();
+  const parts = [{ name: "the generated header and accessors", line: 1 }];
   for (const file of SHADER_FILES) {
     const url = new URL(file, import.meta.url);
     const response = await fetch(url);

@@ -11,6 +11,7 @@
 
 import type { ChunkSize, KdaDims, KdaGrads, KdaProblem } from "../_types.ts";
 import { gpuLiveBuffers } from "./buffers.ts";
+import { gpuSyncs } from "./tensor.ts";
 import { assertUsable, BackwardJob, ForwardJob, type GpuSaved, SavedState } from "./calls.ts";
 import {
   getContext,
@@ -94,7 +95,8 @@ function problemOf(
 /**
  * A snapshot of the gpu arm's state, for people and for leak checks.
  *
- * @returns Live buffers, the device status (with the adapter info), and the last device loss.
+ * @returns Live buffers, host syncs so far (gpuSyncs), the device status (with the adapter info),
+ *   and the last device loss.
  *
  * @example
  * ```ts
@@ -104,6 +106,7 @@ function problemOf(
  */
 export async function gpuDiagnostics(): Promise<{
   liveBuffers: number;
+  syncs: number;
   status: GpuStatus;
   adapter: GpuInfo | null;
   lastDeviceLoss: string | null;
@@ -111,6 +114,7 @@ export async function gpuDiagnostics(): Promise<{
   const status = await gpuStatus();
   return {
     liveBuffers: gpuLiveBuffers(),
+    syncs: gpuSyncs(),
     status,
     adapter: status.available ? status.info : null,
     lastDeviceLoss: lastDeviceLoss(),

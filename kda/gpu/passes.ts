@@ -7,14 +7,14 @@
 import type { GpuContext } from "./device.ts";
 import { GpuError } from "./device.ts";
 import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
+import { countSync } from "./tensor.ts";
 import {
-  dispatchGrid,
   type Plan,
   RANGE_BYTES,
   SCAN_STAGES,
   scanRanges,
   type Stage,
-  stageGroups,
+  stageGrid,
 } from "./layout.ts";
 
 /** What one submit runs and reads back. */
@@ -35,6 +35,25 @@ export interface PassJob {
   floats: number;
   /** The [offset, length] (floats) of each array to return, each copied once into its own buffer. */
   split: readonly (readonly [number, number])[];
+  /** GPU-side copies into the job's buffers before the passes (inputs already on the device). */
+  copiesIn?: readonly BufferCopy[];
+  /**
+   * Where the `split` arrays go on the device, one buffer each: then nothing is read back and the
+   * call returns right after its submit (no host sync), with `arrays` empty.
+   */
+  targets?: readonly GPUBuffer[];
+}
+
+/** One buffer-to-buffer copy on the GPU, in bytes. */
+export interface BufferCopy {
+  /** Copied from, at byte 0. */
+  source: GPUBuffer;
+  /** Copied to. */
+  target: GPUBuffer;
+  /** Byte offset in the target. */
+  targetOffset: number;
+  /** Bytes (a multiple of 4). */
+  bytes: number;
 }
 
 /** What a submit returned. */
@@ -108,7 +127,9 @@ export async function runPasses(
   const { device } = ctx;
   const timed = timing !== false && ctx.info.timestamps;
   const repeat = typeof timing === "object" ? Math.max(1, timing.repeat) : 1;
-  const readData = typeof timing === "object" ? timing.readData : true;
+  const resident = job.targets !== undefined;
+  if (resident && timing !== false) throw new Error("internal: a resident job is never timed");
+  const readData = resident ? false : typeof timing === "object" ? timing.readData : true;
   const nStages = job.stages.length;
   const nQueries = 2 * nStages * repeat;
   const dataBytes = readData ? job.floats * 4 : 0;
@@ -119,7 +140,7 @@ export async function runPasses(
   try {
     const staging = await ctx.scoped(`${job.what} (encoding ${job.stages.join(" -> ")})`, () => {
       const ranges = makeRanges(ctx, set, job.plan, job.reverse);
-      const staging = set.make(
+      const staging = resident ? null : set.make(
         `${job.what} staging`,
         stagingBytes / 4,
         GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
@@ -134,7 +155,9 @@ export async function runPasses(
         );
       }
       const encoder = device.createCommandEncoder({ label: job.what });
-      const perDim = ctx.info.limits.maxComputeWorkgroupsPerDimension;
+      for (const c of job.copiesIn ?? []) {
+        encoder.copyBufferToBuffer(c.source, 0, c.target, c.targetOffset, c.bytes);
+      }
       for (let rep = 0; rep < repeat; rep++) {
         job.stages.forEach((stage, stageIndex) => {
           const i = rep * nStages + stageIndex;
@@ -152,24 +175,33 @@ export async function runPasses(
           });
           pass.setBindGroup(0, job.bindGroup);
           pass.setPipeline(ctx.pipelines.get(stage)!);
-          const [x, y] = dispatchGrid(stageGroups(job.plan, stage), perDim);
+          const [x, y, z] = stageGrid(job.plan, stage);
           const count = SCAN_STAGES.has(stage) ? ranges.count : 1;
           for (let r = 0; r < count; r++) {
             pass.setBindGroup(1, ranges.bindGroup, [r * ctx.rangeAlign]);
-            pass.dispatchWorkgroups(x, y);
+            pass.dispatchWorkgroups(x, y, z);
           }
           pass.end();
         });
       }
-      if (dataBytes > 0) encoder.copyBufferToBuffer(job.source, 0, staging, 0, dataBytes);
-      if (querySet !== undefined && resolve !== undefined) {
+      job.targets?.forEach((target, i) => {
+        const [at, n] = job.split[i];
+        if (n > 0) encoder.copyBufferToBuffer(job.source, at * 4, target, 0, n * 4);
+      });
+      if (staging !== null && dataBytes > 0) {
+        encoder.copyBufferToBuffer(job.source, 0, staging, 0, dataBytes);
+      }
+      if (staging !== null && querySet !== undefined && resolve !== undefined) {
         encoder.resolveQuerySet(querySet, 0, nQueries, resolve, 0);
         encoder.copyBufferToBuffer(resolve, 0, staging, tsOffset, nQueries * 8);
       }
       device.queue.submit([encoder.finish()]);
       return staging;
     });
+    // On the device the results wait for the next call or read: queue order keeps them valid.
+    if (staging === null) return { arrays: [] };
     try {
+      countSync();
       await staging.mapAsync(GPUMapMode.READ, 0, stagingBytes);
     } catch (error) {
       ctx.assertAlive(job.what);

@@ -1,0 +1,217 @@
+// Tensors whose data stays on the gpu arm's device, so that calls can be chained (a forward, a
+// backward, the next step's forward) without a host round trip in between: each host sync costs
+// about 10 ms in Deno's WebGPU whatever the work, so a training step should pay one. Reading a
+// tensor back is that sync, and the package counts every one it makes (gpuSyncs).
+
+import { getContext, GpuError } from "./device.ts";
+import { createBuffer, destroyBuffer, STORAGE_USAGE, upload } from "./buffers.ts";
+import { typeName } from "../_check.ts";
+
+let syncs = 0;
+
+/**
+ * How many host syncs (buffer readbacks) the gpu arm has made since the process started: one per
+ * typed-array call, none for a call on {@linkcode GpuTensor}s, one per {@linkcode DeviceTensor.read}.
+ *
+ * @returns The count.
+ * @example
+ * ```ts
+ * const before = gpuSyncs();
+ * // ... a step on GpuTensors, then one read of its loss ...
+ * console.log(gpuSyncs() - before); // 1
+ * ```
+ */
+export function gpuSyncs(): number {
+  return syncs;
+}
+
+/** Counts one host sync (called by every readback of the package). */
+export function countSync(): void {
+  syncs++;
+}
+
+/**
+ * An f32 tensor in a GPUBuffer of the gpu arm's device (see {@linkcode gpuDevice}), row-major in
+ * `shape`, starting at byte 0. {@linkcode kda} and {@linkcode kdaVjp} take these in place of typed
+ * arrays (all inputs or none) and then return {@linkcode DeviceTensor}s, with no host copy in
+ * between. The buffer needs `COPY_SRC` usage (the kernels read a packed copy made on the GPU) and
+ * at least 4 bytes per element.
+ *
+ * @example
+ * ```ts
+ * import { gpuDevice, type GpuTensor } from "@deltanet/kda";
+ * const device = await gpuDevice();
+ * const q: GpuTensor = {
+ *   buffer: device.createBuffer({ size: 64, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC }),
+ *   shape: [1, 4, 1, 4],
+ *   dtype: "f32",
+ * };
+ * ```
+ */
+export interface GpuTensor {
+  /** Holds the elements, f32, from byte 0. */
+  readonly buffer: GPUBuffer;
+  /** The tensor's shape, row-major. */
+  readonly shape: readonly number[];
+  /** The element type: f32 only. */
+  readonly dtype: "f32";
+}
+
+/**
+ * Whether a value is a {@linkcode GpuTensor} (an object holding a GPUBuffer).
+ *
+ * @param x Any value.
+ * @returns True for a GpuTensor.
+ * @example
+ * ```ts
+ * isGpuTensor(new Float32Array(4)); // false
+ * ```
+ */
+export function isGpuTensor(x: unknown): x is GpuTensor {
+  if (x instanceof DeviceTensor) return true; // even released (its buffer getter would throw)
+  return typeof GPUBuffer !== "undefined" && typeof x === "object" && x !== null &&
+    (x as { buffer?: unknown }).buffer instanceof GPUBuffer;
+}
+
+/**
+ * A {@linkcode GpuTensor} the package allocated: an output or gradient of a call on GpuTensors,
+ * or an upload by {@linkcode toGpu}. It owns its buffer, which counts in `gpuLiveBuffers()` until
+ * {@linkcode DeviceTensor.release}.
+ *
+ * @example
+ * ```ts
+ * import { toGpu } from "@deltanet/kda";
+ * const t = await toGpu(new Float32Array([1, 2, 3, 4]), [2, 2]);
+ * console.log(await t.read()); // Float32Array [1, 2, 3, 4]: one host sync
+ * t.release();
+ * ```
+ */
+export class DeviceTensor implements GpuTensor {
+  /** The element type. */
+  readonly dtype = "f32" as const;
+  #buffer: GPUBuffer | null;
+  #device: GPUDevice;
+
+  /**
+   * Wraps a counted buffer (from the package's createBuffer) that this tensor now owns.
+   *
+   * @param device The device of the buffer.
+   * @param buffer The buffer, at least 4 bytes per element.
+   * @param shape The shape.
+   */
+  constructor(device: GPUDevice, buffer: GPUBuffer, readonly shape: readonly number[]) {
+    this.#device = device;
+    this.#buffer = buffer;
+  }
+
+  /** The buffer; reading it after {@linkcode DeviceTensor.release} throws. */
+  get buffer(): GPUBuffer {
+    if (this.#buffer === null) {
+      throw new Error("This DeviceTensor was released: its buffer is gone");
+    }
+    return this.#buffer;
+  }
+
+  /** Elements of the tensor. */
+  get size(): number {
+    return this.shape.reduce((a, b) => a * b, 1);
+  }
+
+  /** Whether {@linkcode DeviceTensor.release} has run. */
+  get released(): boolean {
+    return this.#buffer === null;
+  }
+
+  /**
+   * Copies the tensor to the host: one host sync (after every call queued before it).
+   *
+   * @returns The elements, in a Float32Array of their own.
+   */
+  async read(): Promise<Float32Array> {
+    const source = this.buffer;
+    const device = this.#device;
+    const bytes = this.size * 4;
+    const staging = createBuffer(
+      device,
+      "DeviceTensor.read staging",
+      bytes,
+      GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+    );
+    try {
+      device.pushErrorScope("validation");
+      const encoder = device.createCommandEncoder({ label: "DeviceTensor.read" });
+      encoder.copyBufferToBuffer(source, 0, staging, 0, Math.max(4, bytes));
+      device.queue.submit([encoder.finish()]);
+      const error = await device.popErrorScope();
+      if (error !== null) {
+        throw new GpuError("validation", `DeviceTensor.read failed: ${error.message}`);
+      }
+      countSync();
+      await staging.mapAsync(GPUMapMode.READ, 0, Math.max(16, bytes));
+      const out = new Float32Array(staging.getMappedRange(0, bytes).slice(0));
+      staging.unmap();
+      return out;
+    } finally {
+      destroyBuffer(staging);
+    }
+  }
+
+  /** Frees the buffer (once the GPU work queued on it is done); a second call does nothing. */
+  release(): void {
+    if (this.#buffer === null) return;
+    destroyBuffer(this.#buffer);
+    this.#buffer = null;
+  }
+}
+
+/**
+ * Uploads a typed array to the gpu arm's device, as a tensor the calls take in place of the array.
+ *
+ * @param data The elements, f32.
+ * @param shape Their shape (its product must be `data.length`).
+ * @returns A DeviceTensor; release it when done.
+ * @example
+ * ```ts
+ * import { toGpu } from "@deltanet/kda";
+ * const beta = await toGpu(new Float32Array(8).fill(0.5), [1, 8, 1]);
+ * beta.release();
+ * ```
+ */
+export async function toGpu(data: Float32Array, shape: readonly number[]): Promise<DeviceTensor> {
+  if (!(data instanceof Float32Array)) {
+    throw new TypeError(`data must be a Float32Array: got ${typeName(data)}`);
+  }
+  if (!Array.isArray(shape) || !shape.every((n) => Number.isSafeInteger(n) && n >= 0)) {
+    throw new TypeError(
+      `shape must be an array of non-negative integers: got ${
+        Array.isArray(shape) ? `[${shape.join(", ")}]` : typeName(shape)
+      }`,
+    );
+  }
+  const size = shape.reduce((a, b) => a * b, 1);
+  if (size !== data.length) {
+    throw new RangeError(
+      `data must have ${size} elements for shape [${shape.join(", ")}]: got ${data.length}`,
+    );
+  }
+  const ctx = await getContext();
+  const buffer = createBuffer(ctx.device, "toGpu", data.byteLength, STORAGE_USAGE);
+  upload(ctx.device.queue, buffer, 0, data);
+  return new DeviceTensor(ctx.device, buffer, [...shape]);
+}
+
+/**
+ * The device the gpu arm runs on, for making {@linkcode GpuTensor}s of one's own.
+ *
+ * @returns The GPUDevice (a fresh one after a device loss).
+ * @throws {Error} When no WebGPU adapter is available (the reason says why).
+ * @example
+ * ```ts
+ * import { gpuDevice } from "@deltanet/kda";
+ * const device = await gpuDevice();
+ * console.log(device.limits.maxStorageBufferBindingSize);
+ * ```
+ */
+export async function gpuDevice(): Promise<GPUDevice> {
+  return (await getContext()).device;
+}

@@ -1,0 +1,241 @@
+// Calls on GpuTensors (data that stays on the gpu arm's device): the same bits as the typed-array
+// gpu arm, no host sync until the caller reads, every buffer freed, counted by the seam, and bad
+// tensors refused with errors that name them.
+
+import assert from "node:assert/strict";
+import {
+  DeviceTensor,
+  gpuDevice,
+  gpuSyncs,
+  isGpuTensor,
+  kda,
+  kdaVjp,
+  resetSeamCounts,
+  seamCounts,
+  seamDecisions,
+  toGpu,
+} from "../mod.ts";
+import { gpuLiveBuffers } from "../kda/gpu/buffers.ts";
+import type { KdaDims } from "../kda/_types.ts";
+import { bitsEqual, randomKda } from "./_fixtures.ts";
+import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+
+reportMissingGpu("device_tensor_test.ts");
+
+const GRADS = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
+
+/** The problem's arrays uploaded as DeviceTensors, and the typed-array problem itself. */
+async function uploaded(dims: KdaDims, seed: number, withH0: boolean) {
+  const x = randomKda(dims, seed, { dtype: "f32", withH0, gateMin: -3 });
+  const { B, T, H, K, V } = dims;
+  const up = (a: unknown, shape: number[]) => toGpu(a as Float32Array, shape);
+  const device = {
+    ...dims,
+    scale: x.scale,
+    q: await up(x.q, [B, T, H, K]),
+    k: await up(x.k, [B, T, H, K]),
+    v: await up(x.v, [B, T, H, V]),
+    g: await up(x.g, [B, T, H, K]),
+    beta: await up(x.beta, [B, T, H]),
+    ...(withH0 ? { h0: await up(x.h0, [B, H, K, V]) } : {}),
+  };
+  const release = () => {
+    for (const t of [device.q, device.k, device.v, device.g, device.beta, device.h0]) t?.release();
+  };
+  return { x, device, release };
+}
+
+for (
+  const [dims, chunkSize, withH0] of [
+    [{ B: 2, T: 70, H: 2, K: 8, V: 12 }, 16, true],
+    [{ B: 1, T: 130, H: 1, K: 32, V: 20 }, 64, false],
+  ] as const
+) {
+  gpuTest(
+    `kda() and kdaVjp() on GpuTensors give the typed-array gpu arm's bits (T=${dims.T}, ` +
+      `chunkSize ${chunkSize}${withH0 ? ", with h0" : ""})`,
+    async () => {
+      const { x, device, release } = await uploaded(dims, 11, withH0);
+      const { B, T, H, V } = dims;
+      const dout = Float32Array.from({ length: B * T * H * V }, (_, i) => Math.sin(0.3 * i));
+      const options = { arm: "gpu", strict: true, chunkSize } as const;
+      const host = await kda(x, options);
+      const hostGrads = await kdaVjp(x, { dout }, options);
+      const out = await kda(device, options);
+      const doutOnDevice = await toGpu(dout, [B, T, H, V]);
+      const grads = await kdaVjp(device, { dout: doutOnDevice }, options);
+      try {
+        assert.ok(out.o instanceof DeviceTensor && isGpuTensor(out.ht));
+        assert.ok(bitsEqual(await out.o.read(), host.o), "o differs");
+        assert.ok(bitsEqual(await out.ht.read(), host.ht), "ht differs");
+        for (const name of GRADS) {
+          assert.equal(grads[name].size, hostGrads[name].length, `${name} has the wrong size`);
+          assert.ok(bitsEqual(await grads[name].read(), hostGrads[name]), `${name} differs`);
+        }
+      } finally {
+        for (const t of [out.o, out.ht, doutOnDevice, ...GRADS.map((n) => grads[n])]) t.release();
+        release();
+      }
+    },
+  );
+}
+
+gpuTest("a step on GpuTensors makes no host sync until the caller reads, then one", async () => {
+  const dims = { B: 1, T: 40, H: 2, K: 8, V: 8 };
+  const { device, release } = await uploaded(dims, 5, true);
+  const before = gpuSyncs();
+  const { o, ht } = await kda(device, { arm: "gpu", chunkSize: 16 });
+  // the forward's output is the backward's cotangent, as in a chained step
+  const grads = await kdaVjp(device, { dout: o, dht: ht }, { arm: "gpu", chunkSize: 16 });
+  try {
+    assert.equal(gpuSyncs() - before, 0, "a call on GpuTensors synced with the host");
+    const dbeta = await grads.dbeta.read();
+    assert.equal(gpuSyncs() - before, 1);
+    assert.ok(dbeta.every(Number.isFinite) && dbeta.some((v) => v !== 0));
+  } finally {
+    for (const t of [o, ht, ...GRADS.map((n) => grads[n])]) t.release();
+    release();
+  }
+});
+
+gpuTest(
+  "calls on GpuTensors free every buffer they allocate, and released outputs are refused",
+  async () => {
+    const dims = { B: 1, T: 33, H: 1, K: 4, V: 4 };
+    const { device, release } = await uploaded(dims, 9, false);
+    await kda(device, { arm: "gpu", chunkSize: 16 }).then((
+      { o, ht },
+    ) => (o.release(), ht.release()));
+    const live = gpuLiveBuffers();
+    for (let i = 0; i < 3; i++) {
+      const { o, ht } = await kda(device, { arm: "gpu", chunkSize: 16 });
+      assert.equal(gpuLiveBuffers(), live + 2, "only the two outputs stay allocated");
+      const grads = await kdaVjp(device, { dout: o }, { arm: "gpu", chunkSize: 16 });
+      assert.equal(gpuLiveBuffers(), live + 8, "only the outputs and the six gradients stay");
+      for (const t of [o, ht, ...GRADS.map((n) => grads[n])]) t.release();
+      assert.equal(gpuLiveBuffers(), live);
+    }
+    const { o, ht } = await kda(device, { arm: "gpu", chunkSize: 16 });
+    o.release();
+    o.release(); // harmless
+    assert.equal(o.released, true);
+    await assert.rejects(() => o.read(), /was released/);
+    await assert.rejects(
+      () => kdaVjp(device, { dout: o }, { arm: "gpu", chunkSize: 16 }),
+      (e: Error) =>
+        e instanceof RangeError && /cotangents\.dout must be a live tensor/.test(e.message),
+    );
+    ht.release();
+    release();
+  },
+);
+
+gpuTest(
+  "calls on GpuTensors are counted by the seam, and a shape the gpu arm cannot run is a counted, named decline",
+  async () => {
+    const dims = { B: 1, T: 16, H: 1, K: 4, V: 4 };
+    const { device, release } = await uploaded(dims, 2, false);
+    try {
+      resetSeamCounts();
+      const { o, ht } = await kda(device, { chunkSize: 16 });
+      const grads = await kdaVjp(device, { dout: o }, { chunkSize: 16 });
+      for (const t of [o, ht, ...GRADS.map((n) => grads[n])]) t.release();
+      const counts = seamCounts();
+      assert.equal(counts.asked, 2);
+      assert.equal(counts.fusedFwd, 2);
+      assert.equal(counts.fusedBwd, 1);
+      assert.equal(counts.declined, 0);
+      assert.equal(counts.opsPath, 0);
+      // a scale that overflows f32: the gpu arm declines, and with the data on the device nothing
+      // else can run it
+      resetSeamCounts();
+      await assert.rejects(
+        () => kda({ ...device, scale: 1e39 }, { chunkSize: 16 }),
+        /the data lives on the gpu arm's device, but that arm cannot run this call: scale must be finite in f32/,
+      );
+      assert.equal(seamCounts().declined, 1);
+      assert.equal(seamDecisions().at(-1)?.ran, "none");
+      await assert.rejects(
+        () => kda(device, { arm: "cpu" }),
+        (e: Error) =>
+          e instanceof RangeError &&
+          e.message === "options.arm must be gpu when the data lives on " +
+              "the gpu arm's device: got cpu",
+      );
+    } finally {
+      release();
+    }
+  },
+);
+
+gpuTest(
+  "GpuTensor inputs that are mixed, misshapen, too small or not copyable are refused by name",
+  async () => {
+    const dims = { B: 1, T: 8, H: 1, K: 4, V: 4 };
+    const { x, device, release } = await uploaded(dims, 4, false);
+    const gpu = await gpuDevice();
+    const small = {
+      buffer: gpu.createBuffer({
+        size: 16,
+        usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC,
+      }),
+      shape: [1, 8, 1, 4],
+      dtype: "f32" as const,
+    };
+    const noCopy = {
+      buffer: gpu.createBuffer({ size: 128, usage: GPUBufferUsage.STORAGE }),
+      shape: [1, 8, 1, 4],
+      dtype: "f32" as const,
+    };
+    const cases: [unknown, RegExp][] = [
+      [
+        { ...device, v: x.v },
+        /^inputs\.v must be a GpuTensor like inputs\.q \(all arrays on the device or none\): got Float32Array$/,
+      ],
+      [
+        { ...device, q: { ...device.q, buffer: device.q.buffer, shape: [1, 8, 4], dtype: "f32" } },
+        /^inputs\.q\.shape must be \[B, T, H, K\] = \[1, 8, 1, 4\]: got \[1, 8, 4\]$/,
+      ],
+      [
+        { ...device, k: { buffer: device.k.buffer, shape: device.k.shape, dtype: "f16" } },
+        /^inputs\.k\.dtype must be "f32": got f16$/,
+      ],
+      [{ ...device, g: small }, /^inputs\.g\.buffer must hold at least 128 bytes: got 16$/],
+      [{ ...device, q: noCopy }, /^inputs\.q\.buffer must have COPY_SRC usage/],
+      [{ ...device, HV: 2 }, /^inputs\.HV must equal inputs\.H = 1 with GpuTensor inputs/],
+      [
+        { ...device, cuSeqlens: new Int32Array([0, 8]) },
+        /^inputs\.cuSeqlens must be absent with GpuTensor inputs/,
+      ],
+    ];
+    try {
+      for (const [inputs, message] of cases) {
+        await assert.rejects(() => kda(inputs as typeof device), (e: Error) => {
+          assert.match(e.message, message);
+          assert.ok(e instanceof TypeError || e instanceof RangeError);
+          return true;
+        });
+      }
+      await assert.rejects(
+        () => kdaVjp(device, { dout: x.v as unknown as DeviceTensor }),
+        /^TypeError: cotangents\.dout must be a GpuTensor like the other arrays: got Float32Array$/,
+      );
+    } finally {
+      small.buffer.destroy();
+      noCopy.buffer.destroy();
+      release();
+    }
+  },
+);
+
+Deno.test("toGpu() refuses data that does not fit its shape, by name", async () => {
+  await assert.rejects(
+    () => toGpu(new Float32Array(5), [2, 2]),
+    (e: Error) =>
+      e instanceof RangeError && e.message === "data must have 4 elements for shape [2, 2]: got 5",
+  );
+  await assert.rejects(
+    () => toGpu(new Float64Array(4) as unknown as Float32Array, [4]),
+    (e: Error) => e instanceof TypeError && /^data must be a Float32Array/.test(e.message),
+  );
+});
