@@ -4,6 +4,7 @@
 // the times mean anything. Needs timestamp queries.
 //
 // Run: deno run --allow-env --allow-read --allow-write bench/ablate.ts [B T H K C] [--runs=N]
+//   [--sections=bA,bE] (only these sections; default all)
 //   (each stage runs N times back to back in one submit; the median per stage is kept)
 //   (default 4 4096 16 128 64); KDA_BENCH_OUT names a JSON file to write.
 
@@ -46,11 +47,8 @@ export function ablate(code: string, name: string): string {
   return code.slice(0, begin) + code.slice(end);
 }
 
-async function timeOnce(
-  dims: { B: number; T: number; H: number; K: number; V: number },
-  C: ChunkSize,
-  runs: number,
-): Promise<number[]> {
+/** The timed problem, made once: filling 10^8 floats in JS costs more than a variant's timing. */
+function problem(dims: { B: number; T: number; H: number; K: number; V: number }) {
   const { B, T, H, K, V } = dims;
   const fill = (n: number, f: (i: number) => number) =>
     Float32Array.from({ length: n }, (_, i) => f(i));
@@ -64,11 +62,21 @@ async function timeOnce(
     beta: fill(B * T * H, (i) => 0.2 + 0.6 * ((i * 31) % 17) / 17),
   };
   const dout = fill(B * T * H * V, (i) => Math.cos(5 * i) * 0.01);
-  // steady state: the stages `runs` times back to back in one submit, median per stage; run
+  return { x, dout };
+}
+
+async function timeOnce(
+  { x, dout }: ReturnType<typeof problem>,
+  C: ChunkSize,
+  runs: number,
+): Promise<number[]> {
+  // the first runs only fill what the backward reads (nothing is read back: a 1 GB readback
+  // takes seconds); then the steady state: the stages `runs` times back to back in one submit, median per stage; run
   // twice, keep the last
   const steady = { repeat: runs, readData: false };
-  const [, last] = await withGpuJobs(x, dout, C, (fjob) => fjob.run(true), async (bjob, fjob) => {
-    await bjob.run(true);
+  const once = { repeat: 1, readData: false };
+  const [, last] = await withGpuJobs(x, dout, C, (fjob) => fjob.run(once), async (bjob, fjob) => {
+    await bjob.run(once);
     let ms: number[] = [];
     for (let i = 0; i < 2; i++) {
       const f = (await fjob.run(steady)).stageNs ?? [];
@@ -86,19 +94,28 @@ async function main(): Promise<void> {
   const runsArg = Deno.args.find((a) => a.startsWith("--runs="));
   const runs = runsArg ? Number(runsArg.slice(7)) : 8;
   const dims = { B, T, H, K, V: K };
+  const timed = problem(dims);
+  const only = Deno.args.find((a) => a.startsWith("--sections="))?.slice(11).split(",");
+  for (const name of only ?? []) {
+    if (!SECTIONS.includes(name)) {
+      throw new RangeError(`--sections must name sections of ${SECTIONS.join(", ")}: got ${name}`);
+    }
+  }
   const stages = [...FORWARD_STAGES, ...BACKWARD_STAGES];
   const rows: Record<string, unknown>[] = [];
   let full: number[] = [];
-  for (const section of ["(none)", ...SECTIONS]) {
+  for (const section of ["(none)", ...(only ?? SECTIONS)]) {
     testFaults.shaderTransform = section === "(none)" ? null : (code) => ablate(code, section);
     destroyDeviceForTests();
-    const ms = await timeOnce(dims, C as ChunkSize, runs);
+    const ms = await timeOnce(timed, C as ChunkSize, runs);
     if (section === "(none)") full = ms;
     const saved = ms.map((m, i) => full[i] - m);
     rows.push({ section, ms, savedMs: saved });
     console.log(
       `${section.padEnd(9)} ${
-        stages.map((s, i) => `${s} ${ms[i].toFixed(2)} (-${saved[i].toFixed(2)})`).join(", ")
+        stages.map((s, i) =>
+          `${s} ${ms[i].toFixed(2)} (${saved[i] < 0 ? "+" : "-"}${Math.abs(saved[i]).toFixed(2)})`
+        ).join(", ")
       }`,
     );
   }
