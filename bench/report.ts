@@ -276,6 +276,44 @@ function svgStages(doc: ResultsFile): string {
   return parts.join("\n") + "\n";
 }
 
+/** A profile by subtraction, as bench/ablate.ts writes it. */
+interface AblationFile {
+  file: string;
+  B: number;
+  T: number;
+  H: number;
+  K: number;
+  C: number;
+  stages: string[];
+  rows: { section: string; ms: number[]; savedMs: number[] }[];
+}
+
+function ablationSection(a: AblationFile): string {
+  const full = a.rows.find((r) => r.section === "(none)");
+  if (full === undefined) return "";
+  const shown = a.rows.filter((r) => r.section !== "(none)")
+    .map((r) => ({ ...r, stage: r.savedMs.indexOf(Math.max(...r.savedMs)) }))
+    .sort((x, y) => y.savedMs[y.stage] - x.savedMs[x.stage]);
+  return [
+    `## Profile by subtraction — \`${a.file}\``,
+    "",
+    `Each marked section of the WGSL removed in turn at (${a.B}, ${a.T}, ${a.H}, ${a.K}) C=${a.C} ` +
+    "(bench/ablate.ts): the drop in its stage's kernel time is the section's cost. Full stage " +
+    `times: ${a.stages.map((s, i) => `${s} ${ms(full.ms[i])}`).join(", ")} ms.`,
+    "",
+    table(
+      ["section", "stage", "saved ms", "share of the stage"],
+      shown.map((r) => [
+        r.section,
+        a.stages[r.stage],
+        ms(r.savedMs[r.stage]),
+        `${f((100 * r.savedMs[r.stage]) / full.ms[r.stage], 0)} %`,
+      ]),
+    ),
+    "",
+  ].join("\n");
+}
+
 function beforeAfter(docs: ResultsFile[]): string {
   const lines: string[] = [];
   for (const after of docs.filter((d) => d.label === undefined)) {
@@ -327,12 +365,16 @@ function beforeAfter(docs: ResultsFile[]): string {
 async function main(): Promise<void> {
   const dir = new URL("./results/", import.meta.url);
   const docs: ResultsFile[] = [];
+  const ablations: AblationFile[] = [];
   for await (const entry of Deno.readDir(dir)) {
     if (!entry.isFile || !entry.name.endsWith(".json")) continue;
     const doc = JSON.parse(await Deno.readTextFile(new URL(entry.name, dir)));
-    docs.push({ ...doc, file: entry.name });
+    // bench/ablate.ts writes rows of sections; bench/gpu.ts writes results
+    if (Array.isArray(doc.rows)) ablations.push({ ...doc, file: entry.name });
+    else docs.push({ ...doc, file: entry.name });
   }
   docs.sort((a, b) => a.file.localeCompare(b.file));
+  ablations.sort((a, b) => a.file.localeCompare(b.file));
   const current = docs.filter((d) => d.label === undefined);
   const lines = [
     "# gpu arm benchmark report",
@@ -356,6 +398,7 @@ async function main(): Promise<void> {
     }
     lines.push(fileSection(doc), svg !== "" ? `![per-stage kernel time](${svgName})\n` : "");
   }
+  for (const a of ablations) lines.push(ablationSection(a));
   try {
     lines.push(await Deno.readTextFile(new URL("ANALYSIS.md", dir)));
   } catch (error) {
