@@ -9,10 +9,8 @@ import { MAX_HEAD_DIM } from "../_types.ts";
 
 /** Invocations per workgroup of every kernel. */
 export const WORKGROUP_SIZE = 256;
-/** Floats of one workgroup tile; every kernel declares two (WebGPU's default 16 KiB). */
+/** Floats of one workgroup tile: C × C at C = 64 is two. */
 export const TILE_FLOATS = 2048;
-/** Bytes of workgroup memory every kernel declares. */
-export const WORKGROUP_BYTES = 2 * TILE_FLOATS * 4;
 /** Flag bits of the `flags` parameter. */
 export const FLAGS = { HAS_H0: 1, HAS_DHT: 2, SAVE_STATES: 4 } as const;
 /** Channels per staged block in the pairwise sums of intraChunk. */
@@ -28,6 +26,14 @@ export const MAX_SCAN_TILE = 32;
 export const SCAN_STATE_VEC4 = 1024;
 /** vec4 entries of the scans' row tile. */
 export const SCAN_ROWS_VEC4 = 512;
+/**
+ * Bytes of workgroup memory the hungriest kernel declares: intraChunk holds T and L (C × C each,
+ * `wgm` and `wgL`), the scans their state and row tiles.
+ */
+export const WORKGROUP_BYTES: number = Math.max(
+  2 * 2 * TILE_FLOATS * 4,
+  (SCAN_STATE_VEC4 + SCAN_ROWS_VEC4) * 16,
+);
 /**
  * llvmpipe ends an invocation, silently, after 65535 loop iterations counted over all its loops;
  * each scan dispatch covers only as many chunks as keep the busiest invocation under this. The
@@ -94,7 +100,8 @@ const ofSize = (size: Size, ...names: string[]): Region[] => names.map((name) =>
 /**
  * The forward's per-chunk work (one block per (b, h, chunk)). G is kept as hi + lo (see
  * gateCumsum in chunk.wgsl), Gam is the row e^{G_C} of the last valid token. (Kd holds
- * K ⊙ Γ while intraChunk builds W; the backward recomputes that into its dG scratch.)
+ * K ⊙ Γ while intraChunk builds W; the backward recomputes that into its dG scratch.) L never
+ * leaves intraChunk: it is built and inverted in workgroup memory.
  */
 export const WORK: RegionTable = {
   prefix: "w",
@@ -102,7 +109,7 @@ export const WORK: RegionTable = {
   regions: [
     ...ofSize(CK, "G", "Glo", "W", "Kd", "Qg"),
     { name: "U", size: CV },
-    ...ofSize(CC, "P", "T", "L"),
+    ...ofSize(CC, "P", "T"),
     { name: "Gam", size: [[1, "K"]] },
   ],
 };
