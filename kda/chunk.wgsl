@@ -37,9 +37,6 @@
 // dh0 (backward) region of outp, which the last dispatch overwrites with the final value.
 
 var<workgroup> wgm: array<f32, SHARED>;
-// L = strict_lower(diag(beta) (K Gamma)(K / Gamma)^T) of intraChunk, from the pairwise sums to the
-// forward substitution that inverts I + L; it is needed nowhere else.
-var<workgroup> wgL: array<f32, SHARED>;
 
 // ---- numerics ----
 
@@ -218,113 +215,76 @@ fn intraChunk(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index)
 
   // pairwiseDecay fused into intraChunk: E_rsd = e^{G_rd - G_sd} is formed inside the dot products
   // L (strictly lower, scaled by beta_r) and P (lower incl., scaled). Each invocation owns a 4 x 4
-  // block of pairs (r, s), a register tile (rows r, lanes s); k, q and G are staged LP_BLOCK
-  // channels at a time in workgroup memory. Every pair still sums over d in ascending order.
-  // E factors through an anchor row a between s and r, E_rsd = e^{G_rd - G_ad} e^{G_ad - G_sd},
-  // both exponents <= 0 (docs/kda.md 2.2), at two levels:
-  //   - rows r and columns s in different 16-row blocks (three quarters of the pairs at C = 64):
-  //     a is the first row of r's block. The staged kA_r = k_r e^{G_r - G_a}, qA_r = q_r e^{G_r - G_a}
-  //     and kB_s = k_s e^{G_a - G_s} (for each block's anchor) make the tile a plain product, with
-  //     no exp per pair. Invocations 0..95.
-  //   - inside a 16-row block, a 4 x 4 block strictly below the diagonal factors through its own
-  //     first row (8 exps per channel for 16 pairs; invocations 128..151), and a diagonal 4 x 4
-  //     block forms each exponent directly (invocations 160..175).
-  // No warp mixes two of the paths. Blocks above the diagonal are zeros, written apart.
-  var kind = 3u; // 0 across 16-row blocks, 1 below the diagonal in one, 2 on the diagonal, 3 idle
-  var blockI = 0u;
-  var rb = 0u;
-  var sb = 0u;
-  if (lid < 96u) {
-    // pair p of 16-row blocks (I, J), I > J, in the order (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
-    let pair = lid / 16u;
-    blockI = 1u + select(0u, 1u, pair >= 1u) + select(0u, 1u, pair >= 3u);
-    let blockJ = pair - blockI * (blockI - 1u) / 2u;
-    kind = 0u;
-    rb = 16u * blockI + 4u * ((lid % 16u) / 4u);
-    sb = 16u * blockJ + 4u * (lid % 4u);
-  } else if (lid >= 128u && lid < 152u) {
-    let q = lid - 128u;
-    let w = q % 6u;
-    let ri = 1u + select(0u, 1u, w >= 1u) + select(0u, 1u, w >= 3u);
-    kind = 1u;
-    rb = 16u * (q / 6u) + 4u * ri;
-    sb = 16u * (q / 6u) + 4u * (w - ri * (ri - 1u) / 2u);
-  } else if (lid >= 160u && lid < 176u) {
-    kind = 2u;
-    rb = 4u * (lid - 160u);
-    sb = rb;
+  // block of pairs (r, s) in named vec4 accumulators (rows r, lanes s); k, q and G are staged
+  // LP_BLOCK channels at a time so that the reads of rows r and s come from workgroup memory.
+  // Every pair still sums over d in ascending order.
+  // A block strictly below the diagonal (s < rb <= r) factors E through its first row rb, which lies
+  // between s and r: E_rsd = e^{G_rd - G_rbd} e^{G_rbd - G_sd}, both exponents <= 0, so 8 exps per
+  // channel serve its 16 pairs. A diagonal block forms each pair's exponent directly. The
+  // off-diagonal blocks take invocations 0..119, the diagonal ones 128..143, so that no warp mixes
+  // the two paths. Blocks above the diagonal are zeros, written apart.
+  let nRG = (cv + 3u) / 4u;
+  let nOff = nRG * (nRG - 1u) / 2u;
+  let diagonal = lid >= 128u;
+  var rg = 0u;
+  var sg = 0u;
+  if (diagonal) {
+    rg = lid - 128u;
+    sg = rg;
+  } else {
+    rg = u32((1.0 + sqrt(1.0 + 8.0 * f32(lid))) * 0.5);
+    while (rg > 0u && rg * (rg - 1u) / 2u > lid) {
+      rg -= 1u;
+    }
+    while ((rg + 1u) * rg / 2u <= lid) {
+      rg += 1u;
+    }
+    sg = lid - rg * (rg - 1u) / 2u;
   }
-  let inTriangle = kind < 3u && rb < cv;
+  let rb = 4u * rg;
+  let sb = 4u * sg;
+  let inTriangle = select(lid < nOff, rg < nRG, diagonal);
   var lt = mat4x4f();
   var pt = mat4x4f();
-  let L = LP_BLOCK;
   let stageK = 0u;
-  let stageQ = p.C * L;
-  let stageGh = 2u * p.C * L;
-  let stageGl = 3u * p.C * L;
-  let stageKA = 4u * p.C * L;
-  let stageQA = 5u * p.C * L;
-  let stageKB = 6u * p.C * L; // kB of block I's anchor for rows s < 16 I, from row 8 I (I - 1)
-  let nRG = (cv + 3u) / 4u;
-  let nB = (cv + 15u) / 16u;
-  let nKB = 8u * nB * (nB - 1u);
+  let stageQ = p.C * LP_BLOCK;
+  let stageGh = 2u * p.C * LP_BLOCK;
+  let stageGl = 3u * p.C * LP_BLOCK;
   let last = cv - 1u;
-  let ir = rows4(rb, last) * L;
-  let is = rows4(sb, last) * L;
-  let kbCols = (vec4u(8u * blockI * (blockI - 1u) + sb) + vec4u(0u, 1u, 2u, 3u)) * L;
+  let ir = rows4(rb, last) * LP_BLOCK;
+  let is = rows4(sb, last) * LP_BLOCK;
   // ABLATE lp {
-  for (var d0 = 0u; d0 < p.K; d0 += L) {
-    for (var e = lid; e < (cv + nKB) * L; e += WG) {
-      let d = d0 + e % L;
-      if (e < cv * L) {
-        let r = e / L;
-        var kv = 0.0;
-        var qv = 0.0;
-        var gateHi = 0.0;
-        var gateLo = 0.0;
-        var toAnchor = 0.0;
-        if (d < p.K) {
-          let row = tokAt(at, r) * p.K + d;
-          kv = x[xK() + row];
-          qv = x[xQ() + row];
-          gateHi = work[base + wG() + r * p.K + d];
-          gateLo = work[base + wGlo() + r * p.K + d];
-          toAnchor = decay(gateDiff(base, r, 16u * (r / 16u), d));
-        }
-        wgm[stageK + e] = kv;
-        wgm[stageQ + e] = qv;
-        wgm[stageGh + e] = gateHi;
-        wgm[stageGl + e] = gateLo;
-        wgm[stageKA + e] = kv * toAnchor;
-        wgm[stageQA + e] = qv * toAnchor;
-      } else {
-        let kbRow = e / L - cv;
-        let anchorBlock = 1u + select(0u, 1u, kbRow >= 16u) + select(0u, 1u, kbRow >= 48u);
-        let s = kbRow - 8u * anchorBlock * (anchorBlock - 1u);
-        var kv = 0.0;
-        if (d < p.K) {
-          kv = x[xK() + tokAt(at, s) * p.K + d] * decay(gateDiff(base, 16u * anchorBlock, s, d));
-        }
-        wgm[stageKB + kbRow * L + e % L] = kv;
+  for (var d0 = 0u; d0 < p.K; d0 += LP_BLOCK) {
+    for (var e = lid; e < cv * LP_BLOCK; e += WG) {
+      let r = e / LP_BLOCK;
+      let d = d0 + e % LP_BLOCK;
+      var kv = 0.0;
+      var qv = 0.0;
+      var gateHi = 0.0;
+      var gateLo = 0.0;
+      if (d < p.K) {
+        let row = tokAt(at, r) * p.K + d;
+        kv = x[xK() + row];
+        qv = x[xQ() + row];
+        gateHi = work[base + wG() + r * p.K + d];
+        gateLo = work[base + wGlo() + r * p.K + d];
       }
+      wgm[stageK + e] = kv;
+      wgm[stageQ + e] = qv;
+      wgm[stageGh + e] = gateHi;
+      wgm[stageGl + e] = gateLo;
     }
     workgroupBarrier();
     if (inTriangle) {
-      let dn = min(L, p.K - d0);
+      let dn = min(LP_BLOCK, p.K - d0);
       for (var dd = 0u; dd < dn; dd++) {
-        if (kind == 0u) {
-          let kb = wgmAt4(stageKB + dd, kbCols);
-          lt = tileFma(lt, wgmAt4(stageKA + dd, ir), kb);
-          pt = tileFma(pt, wgmAt4(stageQA + dd, ir), kb);
-          continue;
-        }
         let ks = wgmAt4(stageK + dd, is);
         let ghs = wgmAt4(stageGh + dd, is);
         let gls = wgmAt4(stageGl + dd, is);
         let ghr = wgmAt4(stageGh + dd, ir);
         let glr = wgmAt4(stageGl + dd, ir);
         var e: mat4x4f;
-        if (kind == 2u) {
+        if (diagonal) {
           e = mat4x4f(
             ks * decay4((vec4f(ghr.x) - ghs) + (vec4f(glr.x) - gls)),
             ks * decay4((vec4f(ghr.y) - ghs) + (vec4f(glr.y) - gls)),
@@ -346,14 +306,15 @@ fn intraChunk(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index)
   // ABLATE lp }
   if (inTriangle) {
     let beta = xAt4(xBeta(), tok4(at, rows4(rb, last)));
-    wgLStoreTri(0u, rb, sb, tileScaleRows(lt, beta), cv, 1u);
+    workStoreTri(base + wL(), rb, sb, tileScaleRows(lt, beta), cv, 1u);
     workStoreTri(base + wP(), rb, sb, p.scale * pt, cv, 0u);
   }
-  // the blocks of P above the diagonal (subst reads only the strict lower triangle of L)
+  // the blocks above the diagonal
   for (var e = lid; e < cv * cv; e += WG) {
     let r = e / cv;
     let s = e % cv;
     if (s / 4u > r / 4u) {
+      work[base + wL() + r * p.C + s] = 0.0;
       work[base + wP() + r * p.C + s] = 0.0;
     }
   }
@@ -373,9 +334,9 @@ fn intraChunk(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index)
 
   // T = (I + L)^(-1) by forward substitution, T = I - L T with L strictly lower, one row of T
   // final per step: once row m is, every later row i takes its term, t_ij -= L_im t_mj for all
-  // j <= m at once (up to 32 x 32 entries spread over the workgroup, a barrier per step). Each
-  // entry still sums its terms in ascending m. T and L live in workgroup memory (C * C <= SHARED
-  // each) while T is built.
+  // j <= m at once (up to 32 x 32 entries spread over the workgroup, a barrier per step), instead
+  // of one invocation per column running its whole chain alone. Each entry still sums its terms
+  // in ascending m. T lives in workgroup memory (C * C <= SHARED) while it is built.
   // ABLATE subst {
   for (var e = lid; e < cv * cv; e += WG) {
     let i = e / cv;
@@ -388,7 +349,7 @@ fn intraChunk(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index)
     for (var e = lid; e < (cv - cols) * cols; e += WG) {
       let i = cols + e / cols;
       let j = e % cols;
-      wgm[i * p.C + j] -= wgL[i * p.C + m] * wgm[m * p.C + j];
+      wgm[i * p.C + j] -= work[base + wL() + i * p.C + m] * wgm[m * p.C + j];
     }
     workgroupBarrier();
   }

@@ -6,8 +6,8 @@
 // of access is written once and the table below says which buffers get it. kda/gpu/device.ts
 // appends the result to the layout header of kda/gpu/layout.ts.
 
-/** The storage buffers (and the workgroup arrays) the kernels address in vec4 runs. */
-type Buffer = "x" | "work" | "states" | "outp" | "bw" | "gs" | "cot" | "wgm" | "wgL";
+/** The storage buffers (and the workgroup array) the kernels address in vec4 runs. */
+type Buffer = "x" | "work" | "states" | "outp" | "bw" | "gs" | "cot" | "wgm";
 
 /** A dimension that bounds a run of four: channels (K) or value columns (V). */
 type Limit = "K" | "V";
@@ -157,7 +157,6 @@ const ACCESSORS: readonly (readonly [keyof typeof TEMPLATES, Buffer, Limit])[] =
   ["storeRows", "gs", "K"],
   ["storeTriangle", "work", "K"],
   ["storeTriangle", "gs", "K"],
-  ["storeTriangle", "wgL", "K"],
 ];
 
 /**

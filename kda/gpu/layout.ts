@@ -9,7 +9,7 @@ import { MAX_HEAD_DIM } from "../_types.ts";
 
 /** Invocations per workgroup of every kernel. */
 export const WORKGROUP_SIZE = 256;
-/** Floats of one workgroup tile: C × C at C = 64 is two. */
+/** Floats of one workgroup tile: the chunk kernels declare two (C × C at C = 64). */
 export const TILE_FLOATS = 2048;
 /** Flag bits of the `flags` parameter. */
 export const FLAGS = { HAS_H0: 1, HAS_DHT: 2, SAVE_STATES: 4 } as const;
@@ -27,11 +27,11 @@ export const SCAN_STATE_VEC4 = 1024;
 /** vec4 entries of the scans' row tile. */
 export const SCAN_ROWS_VEC4 = 512;
 /**
- * Bytes of workgroup memory the hungriest kernel declares: intraChunk holds T and L (C × C each,
- * `wgm` and `wgL`), the scans their state and row tiles.
+ * Bytes of workgroup memory the hungriest kernel declares: the chunk kernels two tiles, the scans
+ * their state and row tiles.
  */
 export const WORKGROUP_BYTES: number = Math.max(
-  2 * 2 * TILE_FLOATS * 4,
+  2 * TILE_FLOATS * 4,
   (SCAN_STATE_VEC4 + SCAN_ROWS_VEC4) * 16,
 );
 /**
@@ -100,8 +100,7 @@ const ofSize = (size: Size, ...names: string[]): Region[] => names.map((name) =>
 /**
  * The forward's per-chunk work (one block per (b, h, chunk)). G is kept as hi + lo (see
  * gateCumsum in chunk.wgsl), Gam is the row e^{G_C} of the last valid token. (Kd holds
- * K ⊙ Γ while intraChunk builds W; the backward recomputes that into its dG scratch.) L never
- * leaves intraChunk: it is built and inverted in workgroup memory.
+ * K ⊙ Γ while intraChunk builds W; the backward recomputes that into its dG scratch.)
  */
 export const WORK: RegionTable = {
   prefix: "w",
@@ -109,7 +108,7 @@ export const WORK: RegionTable = {
   regions: [
     ...ofSize(CK, "G", "Glo", "W", "Kd", "Qg"),
     { name: "U", size: CV },
-    ...ofSize(CC, "P", "T"),
+    ...ofSize(CC, "P", "T", "L"),
     { name: "Gam", size: [[1, "K"]] },
   ],
 };
