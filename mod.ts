@@ -72,7 +72,9 @@ export {
   gpuSyncs,
   type GpuTensor,
   isGpuTensor,
+  releaseTensors,
   toGpu,
 } from "./kda/gpu/tensor.ts";
+export { toGpuInputs } from "./kda/_on_device.ts";
 export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
 export { type Tensor } from "./tape/mod.ts";

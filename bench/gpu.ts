@@ -18,7 +18,8 @@ import { gpuBackward, gpuForward, gpuStatus, gpuUnsupportedReason } from "../kda
 import type { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
 import { withGpuJobs } from "./_run.ts";
 import { kda, kdaVjp } from "../kda/op.ts";
-import { toGpu } from "../kda/gpu/tensor.ts";
+import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
+import { toGpuInputs } from "../kda/_on_device.ts";
 import { BACKWARD_STAGES, FORWARD_STAGES } from "../kda/gpu/layout.ts";
 
 /** One benchmarked problem. */
@@ -201,20 +202,8 @@ async function onDeviceWall(
   runs: number,
   budgetMs: number,
 ): Promise<{ forward: number; forwardBackward: number }> {
-  const { B, T, H, K, V } = s;
-  const inputs = {
-    B,
-    T,
-    H,
-    K,
-    V,
-    scale: x.scale,
-    q: await toGpu(x.q, [B, T, H, K]),
-    k: await toGpu(x.k, [B, T, H, K]),
-    v: await toGpu(x.v, [B, T, H, V]),
-    g: await toGpu(x.g, [B, T, H, K]),
-    beta: await toGpu(x.beta, [B, T, H]),
-  };
+  const { B, T, H, V } = s;
+  const inputs = await toGpuInputs(x);
   const cotangent = await toGpu(dout, [B, T, H, V]);
   const options = { arm: "gpu", strict: true, chunkSize: s.C } as const;
   try {
@@ -228,12 +217,12 @@ async function onDeviceWall(
     const both = await timeRuns(runs, budgetMs, async () => {
       const grads = await kdaVjp(inputs, { dout: cotangent }, options);
       await grads.dbeta.read();
-      for (const t of Object.values(grads)) t.release();
+      releaseTensors(grads);
       return undefined;
     });
     return { forward: forward.wallMs, forwardBackward: both.wallMs };
   } finally {
-    for (const t of [inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, cotangent]) t.release();
+    releaseTensors(inputs, cotangent);
   }
 }
 

@@ -79,6 +79,32 @@ function checkGpuTensor(
 }
 
 /**
+ * Throws unless a problem's layout is one the device path runs: no grouped value heads (HV = H)
+ * and no packed batch.
+ *
+ * @param x The caller's inputs.
+ * @param H The checked query/key heads.
+ * @example
+ * ```ts
+ * checkDeviceLayout({ HV: 1 }, 1); // passes; { HV: 2 } or a cuSeqlens throws a RangeError
+ * ```
+ */
+export function checkDeviceLayout(x: Record<string, unknown>, H: number): void {
+  if (x.HV !== undefined && x.HV !== H) {
+    throw new RangeError(
+      `inputs.HV must equal inputs.H = ${H} with GpuTensor inputs (grouped value heads run from ` +
+        `typed arrays): got ${String(x.HV)}`,
+    );
+  }
+  if (x.cuSeqlens !== undefined) {
+    throw new RangeError(
+      "inputs.cuSeqlens must be absent with GpuTensor inputs (a packed batch runs from typed " +
+        `arrays): got ${typeName(x.cuSeqlens)}`,
+    );
+  }
+}
+
+/**
  * Validates the inputs of a call on device tensors once, at the public boundary.
  *
  * @param inputs What the caller passed (onDevice said true).
@@ -96,18 +122,7 @@ export function checkDeviceInputs(inputs: unknown): KdaProblem<GpuTensor> {
   const H = checkPositiveInt("inputs.H", x.H);
   const K = checkPositiveInt("inputs.K", x.K);
   const V = checkPositiveInt("inputs.V", x.V);
-  if (x.HV !== undefined && x.HV !== H) {
-    throw new RangeError(
-      `inputs.HV must equal inputs.H = ${H} with GpuTensor inputs (grouped value heads run from ` +
-        `typed arrays): got ${String(x.HV)}`,
-    );
-  }
-  if (x.cuSeqlens !== undefined) {
-    throw new RangeError(
-      "inputs.cuSeqlens must be absent with GpuTensor inputs (a packed batch runs from typed " +
-        `arrays): got ${typeName(x.cuSeqlens)}`,
-    );
-  }
+  checkDeviceLayout(x, H);
   const dims: KdaDims = { B, T, H, K, V };
   const scale = x.scale === undefined ? K ** -0.5 : x.scale;
   if (typeof scale !== "number" || !Number.isFinite(scale)) {

@@ -10,13 +10,15 @@ import {
   isGpuTensor,
   kda,
   kdaVjp,
+  releaseTensors,
   resetSeamCounts,
   seamCounts,
   seamDecisions,
   toGpu,
+  toGpuInputs,
 } from "../mod.ts";
 import { gpuLiveBuffers } from "../kda/gpu/buffers.ts";
-import type { KdaDims } from "../kda/_types.ts";
+import type { KdaDims, KdaProblem } from "../kda/_types.ts";
 import { bitsEqual, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
@@ -27,22 +29,8 @@ const GRADS = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
 /** The problem's arrays uploaded as DeviceTensors, and the typed-array problem itself. */
 async function uploaded(dims: KdaDims, seed: number, withH0: boolean) {
   const x = randomKda(dims, seed, { dtype: "f32", withH0, gateMin: -3 });
-  const { B, T, H, K, V } = dims;
-  const up = (a: unknown, shape: number[]) => toGpu(a as Float32Array, shape);
-  const device = {
-    ...dims,
-    scale: x.scale,
-    q: await up(x.q, [B, T, H, K]),
-    k: await up(x.k, [B, T, H, K]),
-    v: await up(x.v, [B, T, H, V]),
-    g: await up(x.g, [B, T, H, K]),
-    beta: await up(x.beta, [B, T, H]),
-    ...(withH0 ? { h0: await up(x.h0, [B, H, K, V]) } : {}),
-  };
-  const release = () => {
-    for (const t of [device.q, device.k, device.v, device.g, device.beta, device.h0]) t?.release();
-  };
-  return { x, device, release };
+  const device = await toGpuInputs(x as KdaProblem<Float32Array>);
+  return { x, device, release: () => releaseTensors(device) };
 }
 
 for (
@@ -73,7 +61,7 @@ for (
           assert.ok(bitsEqual(await grads[name].read(), hostGrads[name]), `${name} differs`);
         }
       } finally {
-        for (const t of [out.o, out.ht, doutOnDevice, ...GRADS.map((n) => grads[n])]) t.release();
+        releaseTensors(out, grads, doutOnDevice);
         release();
       }
     },
@@ -81,8 +69,7 @@ for (
 }
 
 gpuTest("a step on GpuTensors makes no host sync until the caller reads, then one", async () => {
-  const dims = { B: 1, T: 40, H: 2, K: 8, V: 8 };
-  const { device, release } = await uploaded(dims, 5, true);
+  const { device, release } = await uploaded({ B: 1, T: 40, H: 2, K: 8, V: 8 }, 5, true);
   const before = gpuSyncs();
   const { o, ht } = await kda(device, { arm: "gpu", chunkSize: 16 });
   // the forward's output is the backward's cotangent, as in a chained step
@@ -93,7 +80,7 @@ gpuTest("a step on GpuTensors makes no host sync until the caller reads, then on
     assert.equal(gpuSyncs() - before, 1);
     assert.ok(dbeta.every(Number.isFinite) && dbeta.some((v) => v !== 0));
   } finally {
-    for (const t of [o, ht, ...GRADS.map((n) => grads[n])]) t.release();
+    releaseTensors(o, ht, grads);
     release();
   }
 });
@@ -101,18 +88,15 @@ gpuTest("a step on GpuTensors makes no host sync until the caller reads, then on
 gpuTest(
   "calls on GpuTensors free every buffer they allocate, and released outputs are refused",
   async () => {
-    const dims = { B: 1, T: 33, H: 1, K: 4, V: 4 };
-    const { device, release } = await uploaded(dims, 9, false);
-    await kda(device, { arm: "gpu", chunkSize: 16 }).then((
-      { o, ht },
-    ) => (o.release(), ht.release()));
+    const { device, release } = await uploaded({ B: 1, T: 33, H: 1, K: 4, V: 4 }, 9, false);
+    releaseTensors(await kda(device, { arm: "gpu", chunkSize: 16 })); // the device's first buffers
     const live = gpuLiveBuffers();
     for (let i = 0; i < 3; i++) {
       const { o, ht } = await kda(device, { arm: "gpu", chunkSize: 16 });
       assert.equal(gpuLiveBuffers(), live + 2, "only the two outputs stay allocated");
       const grads = await kdaVjp(device, { dout: o }, { arm: "gpu", chunkSize: 16 });
       assert.equal(gpuLiveBuffers(), live + 8, "only the outputs and the six gradients stay");
-      for (const t of [o, ht, ...GRADS.map((n) => grads[n])]) t.release();
+      releaseTensors(o, ht, grads);
       assert.equal(gpuLiveBuffers(), live);
     }
     const { o, ht } = await kda(device, { arm: "gpu", chunkSize: 16 });
@@ -133,13 +117,12 @@ gpuTest(
 gpuTest(
   "calls on GpuTensors are counted by the seam, and a shape the gpu arm cannot run is a counted, named decline",
   async () => {
-    const dims = { B: 1, T: 16, H: 1, K: 4, V: 4 };
-    const { device, release } = await uploaded(dims, 2, false);
+    const { device, release } = await uploaded({ B: 1, T: 16, H: 1, K: 4, V: 4 }, 2, false);
     try {
       resetSeamCounts();
       const { o, ht } = await kda(device, { chunkSize: 16 });
       const grads = await kdaVjp(device, { dout: o }, { chunkSize: 16 });
-      for (const t of [o, ht, ...GRADS.map((n) => grads[n])]) t.release();
+      releaseTensors(o, ht, grads);
       const counts = seamCounts();
       assert.equal(counts.asked, 2);
       assert.equal(counts.fusedFwd, 2);
@@ -171,8 +154,7 @@ gpuTest(
 gpuTest(
   "GpuTensor inputs that are mixed, misshapen, too small or not copyable are refused by name",
   async () => {
-    const dims = { B: 1, T: 8, H: 1, K: 4, V: 4 };
-    const { x, device, release } = await uploaded(dims, 4, false);
+    const { x, device, release } = await uploaded({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 4, false);
     const gpu = await gpuDevice();
     const small = {
       buffer: gpu.createBuffer({

@@ -165,6 +165,29 @@ export class DeviceTensor implements GpuTensor {
 }
 
 /**
+ * Releases every DeviceTensor among the values, and among the values of each plain object or
+ * array given (outputs, gradients, uploaded inputs); anything else is skipped.
+ *
+ * @param values DeviceTensors, or objects and arrays holding them.
+ * @example
+ * ```ts
+ * import { releaseTensors, toGpu } from "@deltanet/kda";
+ * const a = await toGpu(new Float32Array(4), [4]);
+ * releaseTensors({ a, n: 3 }); // releases a
+ * ```
+ */
+export function releaseTensors(...values: unknown[]): void {
+  for (const value of values) {
+    if (value instanceof DeviceTensor) value.release();
+    else if (typeof value === "object" && value !== null && !isGpuTensor(value)) {
+      for (const inner of Object.values(value)) {
+        if (inner instanceof DeviceTensor) inner.release();
+      }
+    }
+  }
+}
+
+/**
  * Uploads a typed array to the gpu arm's device, as a tensor the calls take in place of the array.
  *
  * @param data The elements, f32.
