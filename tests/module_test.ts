@@ -8,7 +8,6 @@ import { DEFAULT_CONFIG, type KdaConfig, KdaModule } from "../mod.ts";
 import { recurrentForward } from "./_bptt.ts";
 import { CONV_GROUPS, EXPECTED_GROUPS } from "../checks/prove.ts";
 import { agreement, bitsEqual, mulberry32, Worst } from "./_fixtures.ts";
-import { causalConv, constant } from "../tape/mod.ts";
 
 function randomNormal(n: number, seed: number, sd = 1): Float64Array {
   const rand = mulberry32(seed);
@@ -332,10 +331,7 @@ Deno.test("KdaModule.forward() output equals vjp()'s y bit for bit on the cpu an
   }
 });
 
-/**
- * docs/kda.md 2.4's forward, loop by loop in f64, on the module's parameters (the short
- * convolution by the tape's op).
- */
+/** docs/kda.md 2.4's forward, loop by loop in f64, on the module's parameters. */
 function referenceForward(m: KdaModule, x: Float64Array, B: number, T: number): Float64Array {
   const { dModel: D, heads: H, keyDim: K, valueDim: V, decayRank: R, minDecay, shortConv } =
     m.config;
@@ -355,11 +351,17 @@ function referenceForward(m: KdaModule, x: Float64Array, B: number, T: number): 
   const sigmoid = (z: number) => 1 / (1 + Math.exp(-z));
   const branch = (proj: string, conv: string, C: number) => {
     let u = linear(x, D, p(proj), C);
-    // The convolution's arithmetic is the tape op's, pinned by its own tests (tape_test.ts);
-    // what this reference checks is where the layer applies it and with which weights.
     if (shortConv) {
-      const w = constant("f64", p(conv), [C, 4]);
-      u = Float64Array.from(causalConv(constant("f64", u, [B, T, C]), w).data);
+      // tap by tap: tap j of 4 weighs the token 3 - j steps back (zero before the sequence)
+      const w = p(conv), W = 4;
+      const c = new Float64Array(N * C);
+      for (let j = 0; j < W; j++) {
+        const lag = W - 1 - j;
+        for (let i = 0; i < N * C; i++) {
+          if (Math.floor(i / C) % T >= lag) c[i] += w[(i % C) * W + j] * u[i - lag * C];
+        }
+      }
+      u = c;
     }
     return u.map((z) => z * sigmoid(z));
   };
