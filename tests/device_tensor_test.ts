@@ -85,6 +85,27 @@ gpuTest("a step on GpuTensors makes no host sync until the caller reads, then on
   }
 });
 
+gpuTest("concurrent calls on GpuTensors give the bits of sequential ones", async () => {
+  const { device, release } = await uploaded({ B: 2, T: 50, H: 1, K: 8, V: 8 }, 21, true);
+  const options = { arm: "gpu", chunkSize: 16 } as const;
+  const { o, ht } = await kda(device, options);
+  const step = () => kdaVjp(device, { dout: o, dht: ht }, options);
+  const read = async (g: Awaited<ReturnType<typeof step>>) =>
+    await Promise.all(GRADS.map((n) => g[n].read()));
+  const sequential = [await step(), await step()];
+  const concurrent = await Promise.all([step(), step(), step()]);
+  try {
+    const want = await read(sequential[0]);
+    for (const g of [sequential[1], ...concurrent]) {
+      const got = await read(g);
+      GRADS.forEach((n, i) => assert.ok(bitsEqual(got[i], want[i]), `${n} differs`));
+    }
+  } finally {
+    releaseTensors(o, ht, ...sequential, ...concurrent);
+    release();
+  }
+});
+
 gpuTest(
   "calls on GpuTensors free every buffer they allocate, and released outputs are refused",
   async () => {
@@ -219,5 +240,27 @@ Deno.test("toGpu() refuses data that does not fit its shape, by name", async () 
   await assert.rejects(
     () => toGpu(new Float64Array(4) as unknown as Float32Array, [4]),
     (e: Error) => e instanceof TypeError && /^data must be a Float32Array/.test(e.message),
+  );
+});
+
+Deno.test("toGpuInputs() refuses f64 arrays, grouped value heads and packed batches, by name", async () => {
+  const x = randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 1, { dtype: "f32" });
+  await assert.rejects(
+    () => toGpuInputs(randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 1) as KdaProblem<Float32Array>),
+    (e: Error) => e instanceof TypeError && /^inputs\.q must be a Float32Array/.test(e.message),
+  );
+  const wide = randomKda({ B: 1, T: 8, H: 2, K: 4, V: 4 }, 1, { dtype: "f32" });
+  await assert.rejects(
+    () =>
+      toGpuInputs(
+        { ...wide, H: 1, HV: 2, q: wide.q.slice(0, 32), k: wide.k.slice(0, 32) } as KdaProblem<
+          Float32Array
+        >,
+      ),
+    (e: Error) => e instanceof RangeError && /^inputs\.HV must equal inputs\.H = 1/.test(e.message),
+  );
+  await assert.rejects(
+    () => toGpuInputs({ ...x, cuSeqlens: new Int32Array([0, 3, 8]) } as KdaProblem<Float32Array>),
+    (e: Error) => e instanceof RangeError && /^inputs\.cuSeqlens must be absent/.test(e.message),
   );
 });
