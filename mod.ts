@@ -63,6 +63,8 @@ export {
   GpuError,
   type GpuErrorKind,
   type GpuInfo,
+  gpuPool,
+  type GpuPoolStatus,
   type GpuStatus,
   gpuStatus,
 } from "./kda/gpu/mod.ts";

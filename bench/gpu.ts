@@ -12,6 +12,7 @@
 // Run: deno run --allow-env --allow-read --allow-write bench/gpu.ts [--quick] [--runs=N]
 //   --quick   a small subset with few runs (for the software adapter: minutes, not hours)
 //   --groups=issue,sweep,chunk   only these groups of shapes
+//   --pool=BYTES   keep up to BYTES of buffers between calls (gpuPool; default off)
 
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
 import { gpuBackward, gpuForward, gpuStatus, gpuUnsupportedReason } from "../kda/gpu/mod.ts";
@@ -19,6 +20,7 @@ import type { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
 import { withGpuJobs } from "./_run.ts";
 import { kda, kdaVjp } from "../kda/op.ts";
 import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
+import { gpuPool } from "../kda/gpu/buffers.ts";
 import { toGpuInputs } from "../kda/_on_device.ts";
 import { BACKWARD_STAGES, FORWARD_STAGES } from "../kda/gpu/layout.ts";
 
@@ -248,6 +250,9 @@ async function main(): Promise<void> {
     `adapter: ${info.description} (vendor ${info.vendor}, software ${info.software}, ` +
       `timestamps ${info.timestamps})${quick ? ", quick subset" : ""}`,
   );
+  const poolArg = Deno.args.find((a) => a.startsWith("--pool="));
+  const poolBytes = poolArg === undefined ? 0 : Number(poolArg.slice(7));
+  gpuPool({ maxBytes: poolBytes });
   const groupsArg = Deno.args.find((a) => a.startsWith("--groups="));
   const groups = groupsArg ? groupsArg.slice(9).split(",") : null;
   const shapes = (quick ? QUICK : FULL).filter((s) => groups === null || groups.includes(s.group));
@@ -366,6 +371,7 @@ async function main(): Promise<void> {
     deno: Deno.version.deno,
     quick,
     runs,
+    poolMaxBytes: poolBytes,
     results,
   };
   await Deno.writeTextFile(name, JSON.stringify(doc, null, 2) + "\n");

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import {
   DeviceTensor,
   gpuDevice,
+  gpuPool,
   gpuSyncs,
   isGpuTensor,
   kda,
@@ -263,4 +264,66 @@ Deno.test("toGpuInputs() refuses f64 arrays, grouped value heads and packed batc
     () => toGpuInputs({ ...x, cuSeqlens: new Int32Array([0, 3, 8]) } as KdaProblem<Float32Array>),
     (e: Error) => e instanceof RangeError && /^inputs\.cuSeqlens must be absent/.test(e.message),
   );
+});
+
+gpuTest(
+  "with the buffer pool on, calls give the same bits, keep at most maxBytes and free it all when turned off",
+  async () => {
+    const { x, device, release } = await uploaded({ B: 1, T: 40, H: 2, K: 8, V: 8 }, 31, true);
+    const options = { arm: "gpu", strict: true, chunkSize: 16 } as const;
+    const dout = Float32Array.from({ length: 40 * 2 * 8 }, (_, i) => Math.cos(i));
+    const off = { fwd: await kda(x, options), grads: await kdaVjp(x, { dout }, options) };
+    const onDevice = await (async () => {
+      const { o, ht } = await kda(device, options);
+      const grads = await kdaVjp(device, { dout: o }, options);
+      const read = { o: await o.read(), dbeta: await grads.dbeta.read() };
+      releaseTensors(o, ht, grads);
+      return read;
+    })();
+    const live = gpuLiveBuffers();
+    try {
+      assert.equal(gpuPool({ maxBytes: 64 * 2 ** 20 }).pooledBuffers, 0);
+      for (let round = 0; round < 3; round++) {
+        const fwd = await kda(x, options);
+        const grads = await kdaVjp(x, { dout }, options);
+        assert.ok(bitsEqual(fwd.o, off.fwd.o) && bitsEqual(fwd.ht, off.fwd.ht), "outputs differ");
+        for (const n of GRADS) assert.ok(bitsEqual(grads[n], off.grads[n]), `${n} differs`);
+        const { o, ht } = await kda(device, options);
+        const dgrads = await kdaVjp(device, { dout: o }, options);
+        assert.ok(bitsEqual(await o.read(), onDevice.o), "o on the device differs");
+        assert.ok(bitsEqual(await dgrads.dbeta.read(), onDevice.dbeta), "dbeta differs");
+        releaseTensors(o, ht, dgrads);
+        const pool = gpuPool();
+        assert.ok(pool.pooledBuffers > 0, "nothing was pooled");
+        assert.ok(pool.pooledBytes <= pool.maxBytes);
+        // every live buffer beyond the start is in the pool: nothing leaks
+        assert.equal(gpuLiveBuffers() - pool.pooledBuffers, live);
+      }
+      const small = gpuPool({ maxBytes: 4096 });
+      assert.ok(
+        small.pooledBytes <= 4096,
+        `the pool kept ${small.pooledBytes} bytes over its 4096`,
+      );
+    } finally {
+      gpuPool({ maxBytes: 0 });
+      release();
+    }
+    assert.equal(gpuPool().pooledBuffers, 0);
+    assert.equal(
+      gpuLiveBuffers(),
+      live - 6,
+      "the six uploaded inputs (q, k, v, g, beta, h0) are freed too",
+    );
+  },
+);
+
+Deno.test("gpuPool() refuses a maxBytes that is not a non-negative integer, by name", () => {
+  for (const bad of [-1, 1.5, NaN, "1" as unknown as number]) {
+    assert.throws(
+      () => gpuPool({ maxBytes: bad }),
+      (e: Error) =>
+        e instanceof RangeError &&
+        /^options\.maxBytes must be a non-negative integer: got/.test(e.message),
+    );
+  }
 });

@@ -68,6 +68,128 @@ export function destroyBuffer(buffer: GPUBuffer): void {
   live--;
 }
 
+// ---- the buffer pool ----
+//
+// A call creates its buffers and frees them when it ends; at (8, 4096, 16, 128) a kdaVjp creates
+// 8.4 GB, and creating them (about 175 ms on the host) and clearing them on first use (on the GPU)
+// cost more than the kernels. With a pool, what a call frees is kept, up to `maxBytes`, and the
+// next call of the same sizes takes it back. Off by default: holding gigabytes between calls is
+// the caller's decision. Reuse is safe because the kernels never read what they did not write
+// (the prefillNaN tests hold them to it) and one queue orders every call's work.
+
+interface Pooled {
+  device: GPUDevice;
+  buffer: GPUBuffer;
+  bytes: number;
+  usage: number;
+}
+
+const pool: Pooled[] = [];
+let poolMaxBytes = 0;
+let pooledBytes = 0;
+
+/** What the pool holds and may hold. */
+export interface GpuPoolStatus {
+  /** The most bytes it keeps (0: off). */
+  maxBytes: number;
+  /** Bytes it keeps now. */
+  pooledBytes: number;
+  /** Buffers it keeps now (they count in gpuLiveBuffers). */
+  pooledBuffers: number;
+}
+
+/**
+ * Turns the gpu arm's buffer pool on (`maxBytes` > 0) or off (0, which frees what it holds), and
+ * says what it holds. Keep it on for a loop of calls of one shape (a training loop): each call
+ * then reuses the previous one's buffers instead of creating and clearing them.
+ *
+ * @param options `maxBytes`: the most bytes kept between calls (default: unchanged).
+ * @returns The pool's status after the change.
+ * @example
+ * ```ts
+ * import { gpuPool } from "@deltanet/kda";
+ * gpuPool({ maxBytes: 16 * 2 ** 30 }); // keep up to 16 GiB between calls
+ * // ... a training loop ...
+ * gpuPool({ maxBytes: 0 }); // free it
+ * ```
+ */
+export function gpuPool(options: { maxBytes?: number } = {}): GpuPoolStatus {
+  const { maxBytes } = options;
+  if (maxBytes !== undefined) {
+    if (typeof maxBytes !== "number" || !Number.isSafeInteger(maxBytes) || maxBytes < 0) {
+      throw new RangeError(`options.maxBytes must be a non-negative integer: got ${maxBytes}`);
+    }
+    poolMaxBytes = maxBytes;
+    trimPool(() => pooledBytes > poolMaxBytes);
+  }
+  return { maxBytes: poolMaxBytes, pooledBytes, pooledBuffers: pool.length };
+}
+
+/** Destroys pooled buffers, oldest first, while `more()` holds. */
+function trimPool(more: () => boolean): void {
+  while (pool.length > 0 && more()) {
+    const { buffer, bytes } = pool.shift()!;
+    pooledBytes -= bytes;
+    destroyBuffer(buffer);
+  }
+}
+
+/**
+ * Forgets the pooled buffers of a device (lost or replaced): they are destroyed.
+ *
+ * @param device The device.
+ * @example
+ * ```ts
+ * import { getContext } from "./device.ts";
+ * dropPooled((await getContext()).device); // nothing pooled: nothing happens
+ * ```
+ */
+export function dropPooled(device: GPUDevice): void {
+  for (let i = pool.length - 1; i >= 0; i--) {
+    if (pool[i].device !== device) continue;
+    pooledBytes -= pool[i].bytes;
+    destroyBuffer(pool[i].buffer);
+    pool.splice(i, 1);
+  }
+}
+
+/** A pooled buffer of exactly this size and usage on this device, or a new one. */
+function acquire(device: GPUDevice, label: string, bytes: number, usage: number): GPUBuffer {
+  // one device at a time: what a lost or replaced device left in the pool is of no use
+  for (const stale of new Set(pool.filter((p) => p.device !== device).map((p) => p.device))) {
+    dropPooled(stale);
+  }
+  const size = Math.max(16, Math.ceil(bytes / 4) * 4);
+  const i = pool.findIndex((p) => p.device === device && p.bytes === size && p.usage === usage);
+  if (i < 0) return createBuffer(device, label, size, usage);
+  const [{ buffer }] = pool.splice(i, 1);
+  pooledBytes -= size;
+  return buffer;
+}
+
+/**
+ * Gives a buffer back: kept in the pool while it has room, else destroyed.
+ *
+ * @param device The device it lives on.
+ * @param buffer A buffer from {@linkcode BufferSet.make} or {@linkcode createBuffer}.
+ * @example
+ * ```ts
+ * import { getContext } from "./device.ts";
+ * const { device } = await getContext();
+ * recycleBuffer(device, createBuffer(device, "x", 16, STORAGE_USAGE)); // destroyed: pool off
+ * ```
+ */
+export function recycleBuffer(device: GPUDevice, buffer: GPUBuffer): void {
+  const bytes = buffer.size;
+  if (poolMaxBytes === 0 || bytes > poolMaxBytes) {
+    destroyBuffer(buffer);
+    return;
+  }
+  pool.push({ device, buffer, bytes, usage: buffer.usage });
+  pooledBytes += bytes;
+  trimPool(() => pooledBytes > poolMaxBytes);
+}
+
 /** Storage usage of every kernel buffer (writable from the queue, copyable out). */
 export const STORAGE_USAGE: number = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST |
   GPUBufferUsage.COPY_SRC;
@@ -110,7 +232,7 @@ export class BufferSet {
    * @returns The buffer.
    */
   make(label: string, floats: number, usage: number = STORAGE_USAGE): GPUBuffer {
-    const buffer = createBuffer(this.#device, label, floats * 4, usage);
+    const buffer = acquire(this.#device, label, floats * 4, usage);
     this.#owned.push(buffer);
     return buffer;
   }
@@ -130,10 +252,22 @@ export class BufferSet {
     return buffers;
   }
 
-  /** Destroys every buffer the set still owns. */
+  /** Gives back every buffer the set still owns (to the pool, or destroyed). */
   destroyAll(): void {
-    for (const b of this.#owned) destroyBuffer(b);
+    for (const b of this.#owned) recycleBuffer(this.#device, b);
     this.#owned = [];
+  }
+
+  /**
+   * A buffer for a caller to own (an output tensor): from the pool, or new.
+   *
+   * @param device The device.
+   * @param label Label.
+   * @param bytes Size.
+   * @returns The buffer; give it back with {@linkcode recycleBuffer}.
+   */
+  static acquire(device: GPUDevice, label: string, bytes: number): GPUBuffer {
+    return acquire(device, label, bytes, STORAGE_USAGE);
   }
 }
 

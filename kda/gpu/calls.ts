@@ -5,7 +5,7 @@
 import type { ChunkSize, KdaProblem } from "../_types.ts";
 import type { GpuContext } from "./device.ts";
 import { GpuError } from "./device.ts";
-import { BufferSet, destroyBuffer, fillNaN, UNIFORM_USAGE, upload } from "./buffers.ts";
+import { BufferSet, fillNaN, recycleBuffer, UNIFORM_USAGE, upload } from "./buffers.ts";
 import {
   BACKWARD_STAGES,
   type BindingName,
@@ -141,7 +141,7 @@ export class SavedState implements GpuSaved {
   }
 
   #free(): void {
-    for (const b of this.#buffers) destroyBuffer(b);
+    for (const b of this.#buffers) recycleBuffer(this.ctx.device, b);
     this.#buffers = [];
   }
 }

@@ -12,7 +12,7 @@ import {
   WORKGROUP_BYTES,
   WORKGROUP_SIZE,
 } from "./layout.ts";
-import { createBuffer, destroyBuffer } from "./buffers.ts";
+import { createBuffer, destroyBuffer, dropPooled } from "./buffers.ts";
 import { wgslAccessors } from "./accessors.ts";
 
 /**
@@ -130,11 +130,12 @@ export class GpuContext {
     });
   }
 
-  /** Records the loss (idempotent) and frees the placeholder. */
+  /** Records the loss (idempotent) and frees the placeholder and the pooled buffers. */
   markLost(why: string): void {
     if (this.lostReason !== null) return;
     this.lostReason = `The GPU device was lost (${why})`;
     if (this.placeholder !== undefined) destroyBuffer(this.placeholder);
+    dropPooled(this.device);
   }
 
   /** Throws a GpuError when the device was lost. */

@@ -10,7 +10,7 @@
 // on the GPU in a GpuSaved handle, valid for any number of backward calls until it is released.
 
 import type { ChunkSize, KdaDims, KdaGrads, KdaProblem } from "../_types.ts";
-import { gpuLiveBuffers } from "./buffers.ts";
+import { gpuLiveBuffers, gpuPool, type GpuPoolStatus } from "./buffers.ts";
 import { gpuSyncs } from "./tensor.ts";
 import { assertUsable, BackwardJob, ForwardJob, type GpuSaved, SavedState } from "./calls.ts";
 import {
@@ -22,7 +22,7 @@ import {
 } from "./device.ts";
 import { limitProblem, makePlan, scaleProblem, shapeProblem } from "./layout.ts";
 
-export { gpuLiveBuffers };
+export { gpuLiveBuffers, gpuPool, type GpuPoolStatus };
 export type { GpuInfo, GpuSaved };
 export { GpuError, type GpuErrorKind } from "./device.ts";
 
@@ -95,8 +95,8 @@ function problemOf(
 /**
  * A snapshot of the gpu arm's state, for people and for leak checks.
  *
- * @returns Live buffers, host syncs so far (gpuSyncs), the device status (with the adapter info),
- *   and the last device loss.
+ * @returns Live buffers (pooled ones included), the buffer pool, host syncs so far (gpuSyncs),
+ *   the device status (with the adapter info), and the last device loss.
  *
  * @example
  * ```ts
@@ -106,6 +106,7 @@ function problemOf(
  */
 export async function gpuDiagnostics(): Promise<{
   liveBuffers: number;
+  pool: GpuPoolStatus;
   syncs: number;
   status: GpuStatus;
   adapter: GpuInfo | null;
@@ -114,6 +115,7 @@ export async function gpuDiagnostics(): Promise<{
   const status = await gpuStatus();
   return {
     liveBuffers: gpuLiveBuffers(),
+    pool: gpuPool(),
     syncs: gpuSyncs(),
     status,
     adapter: status.available ? status.info : null,

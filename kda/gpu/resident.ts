@@ -4,18 +4,18 @@
 // the results valid for whatever is queued next (another call, or DeviceTensor.read).
 
 import type { ChunkSize, KdaGrads, KdaProblem } from "../_types.ts";
-import { createBuffer, STORAGE_USAGE } from "./buffers.ts";
+import { BufferSet } from "./buffers.ts";
 import { BackwardJob, ForwardJob } from "./calls.ts";
 import { getContext, type GpuContext } from "./device.ts";
 import { DeviceTensor, type GpuTensor } from "./tensor.ts";
 
-/** Counted buffers of the call's results, owned by DeviceTensors (released if the call fails). */
+/** Buffers of the call's results (pooled or new), owned by DeviceTensors (released if the call fails). */
 function allocate(ctx: GpuContext, shapes: readonly (readonly number[])[]): DeviceTensor[] {
   return shapes.map((shape) => {
     const bytes = shape.reduce((a, b) => a * b, 1) * 4;
     return new DeviceTensor(
       ctx.device,
-      createBuffer(ctx.device, "DeviceTensor", bytes, STORAGE_USAGE),
+      BufferSet.acquire(ctx.device, "DeviceTensor", bytes),
       shape,
     );
   });

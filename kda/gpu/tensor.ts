@@ -4,7 +4,7 @@
 // tensor back is that sync, and the package counts every one it makes (gpuSyncs).
 
 import { getContext, GpuError } from "./device.ts";
-import { createBuffer, destroyBuffer, STORAGE_USAGE, upload } from "./buffers.ts";
+import { BufferSet, createBuffer, destroyBuffer, recycleBuffer, upload } from "./buffers.ts";
 import { typeName } from "../_check.ts";
 
 let syncs = 0;
@@ -93,7 +93,7 @@ export class DeviceTensor implements GpuTensor {
   #device: GPUDevice;
 
   /**
-   * Wraps a counted buffer (from the package's createBuffer) that this tensor now owns.
+   * Wraps a counted buffer (from the package's pool or createBuffer) that this tensor now owns.
    *
    * @param device The device of the buffer.
    * @param buffer The buffer, at least 4 bytes per element.
@@ -156,10 +156,13 @@ export class DeviceTensor implements GpuTensor {
     }
   }
 
-  /** Frees the buffer (once the GPU work queued on it is done); a second call does nothing. */
+  /**
+   * Frees the buffer (once the GPU work queued on it is done), or gives it to the buffer pool when
+   * that is on (`gpuPool`); a second call does nothing.
+   */
   release(): void {
     if (this.#buffer === null) return;
-    destroyBuffer(this.#buffer);
+    recycleBuffer(this.#device, this.#buffer);
     this.#buffer = null;
   }
 }
@@ -218,7 +221,7 @@ export async function toGpu(data: Float32Array, shape: readonly number[]): Promi
     );
   }
   const ctx = await getContext();
-  const buffer = createBuffer(ctx.device, "toGpu", data.byteLength, STORAGE_USAGE);
+  const buffer = BufferSet.acquire(ctx.device, "toGpu", data.byteLength);
   upload(ctx.device.queue, buffer, 0, data);
   return new DeviceTensor(ctx.device, buffer, [...shape]);
 }
