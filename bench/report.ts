@@ -318,7 +318,7 @@ function beforeAfter(docs: ResultsFile[]): string {
   const lines: string[] = [];
   for (const after of docs.filter((d) => d.label === undefined)) {
     const before = docs.find((d) =>
-      d.label !== undefined && d.adapter.description === after.adapter.description
+      d.file.endsWith("-before.json") && d.adapter.description === after.adapter.description
     );
     if (before === undefined) continue;
     const rows: string[][] = [];
