@@ -134,3 +134,30 @@ gpuTest("an out-of-memory error surfaces as GpuOutOfMemoryError and breaks nothi
   sameBits("a following call", await run(x, dout), reference);
   assert.equal(gpuLiveBuffers(), start);
 });
+
+gpuTest(
+  "the live device is destroyed when the process unloads, before the driver's own teardown",
+  async () => {
+    const device = new URL("../kda/gpu/device.ts", import.meta.url).href;
+    const script = `
+    const { getContext, readyContext } = await import(${JSON.stringify(device)});
+    await getContext();
+    // registered after the package's own unload listener, so it runs after it
+    addEventListener("unload", () => {
+      const ctx = readyContext();
+      console.log("AT EXIT " + (typeof ctx === "string" ? ctx : "device still live"));
+    });
+  `;
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--ext=ts", script],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const text = new TextDecoder().decode(out.stdout);
+    assert.ok(
+      out.success,
+      `the child failed (code ${out.code}): ${new TextDecoder().decode(out.stderr)}`,
+    );
+    assert.match(text, /AT EXIT The GPU device was lost \(the process is exiting\)/);
+  },
+);
