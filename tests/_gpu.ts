@@ -34,3 +34,25 @@ export function reportMissingGpu(file: string): void {
       (requireGpu ? "KDA_REQUIRE_GPU=1, so its GPU tests fail" : "its GPU tests are ignored"),
   );
 }
+
+/**
+ * Runs a script in a fresh Deno process (`deno eval`), for what one process cannot show: a
+ * second process's bits, or what happens at exit.
+ */
+export async function runChild(
+  script: string,
+  ext: "js" | "ts" = "js",
+): Promise<{ success: boolean; code: number; stdout: string; stderr: string }> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", `--ext=${ext}`, script],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder();
+  return {
+    success: out.success,
+    code: out.code,
+    stdout: text.decode(out.stdout),
+    stderr: text.decode(out.stderr),
+  };
+}

@@ -18,7 +18,7 @@ import {
 } from "../kda/gpu/mod.ts";
 import { destroyDeviceForTests, testFaults } from "../kda/gpu/device.ts";
 import { mulberry32, randomKda } from "./_fixtures.ts";
-import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+import { gpuTest, reportMissingGpu, runChild } from "./_gpu.ts";
 
 reportMissingGpu("gpu_faults_test");
 
@@ -148,16 +148,8 @@ gpuTest(
       console.log("AT EXIT " + (typeof ctx === "string" ? ctx : "device still live"));
     });
   `;
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: ["eval", "--ext=ts", script],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const text = new TextDecoder().decode(out.stdout);
-    assert.ok(
-      out.success,
-      `the child failed (code ${out.code}): ${new TextDecoder().decode(out.stderr)}`,
-    );
-    assert.match(text, /AT EXIT The GPU device was lost \(the process is exiting\)/);
+    const out = await runChild(script, "ts");
+    assert.ok(out.success, `the child failed (code ${out.code}): ${out.stderr}`);
+    assert.match(out.stdout, /AT EXIT The GPU device was lost \(the process is exiting\)/);
   },
 );

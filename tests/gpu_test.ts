@@ -23,7 +23,7 @@ import * as fixtures from "./_fixtures.ts";
 import type { KdaShape } from "./_fixtures.ts";
 
 const { agreement, mulberry32, randomKda, toF64 } = fixtures;
-import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+import { gpuTest, reportMissingGpu, runChild } from "./_gpu.ts";
 
 reportMissingGpu("gpu_test");
 
@@ -356,17 +356,10 @@ gpuTest("two separate processes give bit-identical outputs and gradients", async
   `;
   const hashes: string[] = [];
   for (let i = 0; i < 2; i++) {
-    const out = await new Deno.Command(Deno.execPath(), {
-      args: ["eval", "--ext=js", script],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const text = new TextDecoder().decode(out.stdout);
-    const match = text.match(/HASH ([0-9a-f]{8})/);
+    const out = await runChild(script);
+    const match = out.stdout.match(/HASH ([0-9a-f]{8})/);
     if (!out.success || match === null) {
-      throw new Error(
-        `Child process ${i} failed (code ${out.code}): ${new TextDecoder().decode(out.stderr)}`,
-      );
+      throw new Error(`Child process ${i} failed (code ${out.code}): ${out.stderr}`);
     }
     hashes.push(match[1]);
   }
