@@ -65,6 +65,7 @@ export {
   type GpuInfo,
   gpuPool,
   type GpuPoolStatus,
+  gpuSettled,
   type GpuStatus,
   gpuStatus,
 } from "./kda/gpu/mod.ts";

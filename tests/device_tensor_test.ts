@@ -7,6 +7,7 @@ import {
   DeviceTensor,
   gpuDevice,
   gpuPool,
+  gpuSettled,
   gpuSyncs,
   isGpuTensor,
   kda,
@@ -112,13 +113,17 @@ gpuTest(
   async () => {
     const { device, release } = await uploaded({ B: 1, T: 33, H: 1, K: 4, V: 4 }, 9, false);
     releaseTensors(await kda(device, { arm: "gpu", chunkSize: 16 })); // the device's first buffers
+    await gpuSettled();
     const live = gpuLiveBuffers();
     for (let i = 0; i < 3; i++) {
       const { o, ht } = await kda(device, { arm: "gpu", chunkSize: 16 });
+      await gpuSettled();
       assert.equal(gpuLiveBuffers(), live + 2, "only the two outputs stay allocated");
       const grads = await kdaVjp(device, { dout: o }, { arm: "gpu", chunkSize: 16 });
+      await gpuSettled();
       assert.equal(gpuLiveBuffers(), live + 8, "only the outputs and the six gradients stay");
       releaseTensors(o, ht, grads);
+      await gpuSettled();
       assert.equal(gpuLiveBuffers(), live);
     }
     const { o, ht } = await kda(device, { arm: "gpu", chunkSize: 16 });
@@ -280,6 +285,7 @@ gpuTest(
       releaseTensors(o, ht, grads);
       return read;
     })();
+    await gpuSettled();
     const live = gpuLiveBuffers();
     try {
       assert.equal(gpuPool({ maxBytes: 64 * 2 ** 20 }).pooledBuffers, 0);
@@ -293,6 +299,7 @@ gpuTest(
         assert.ok(bitsEqual(await o.read(), onDevice.o), "o on the device differs");
         assert.ok(bitsEqual(await dgrads.dbeta.read(), onDevice.dbeta), "dbeta differs");
         releaseTensors(o, ht, dgrads);
+        await gpuSettled();
         const pool = gpuPool();
         assert.ok(pool.pooledBuffers > 0, "nothing was pooled");
         assert.ok(pool.pooledBytes <= pool.maxBytes);
@@ -309,6 +316,7 @@ gpuTest(
       release();
     }
     assert.equal(gpuPool().pooledBuffers, 0);
+    await gpuSettled();
     assert.equal(
       gpuLiveBuffers(),
       live - 6,

@@ -125,13 +125,45 @@ export function gpuPool(options: { maxBytes?: number } = {}): GpuPoolStatus {
   return { maxBytes: poolMaxBytes, pooledBytes, pooledBuffers: pool.length };
 }
 
-/** Destroys pooled buffers, oldest first, while `more()` holds. */
+/** Destroys pooled buffers, oldest first, while `more()` holds (once the GPU is done with them). */
 function trimPool(more: () => boolean): void {
   while (pool.length > 0 && more()) {
-    const { buffer, bytes } = pool.shift()!;
+    const { device, buffer, bytes } = pool.shift()!;
     pooledBytes -= bytes;
-    destroyBuffer(buffer);
+    destroyWhenIdle(device, buffer);
   }
+}
+
+// Buffers released while work submitted before may still use them are destroyed when the queue
+// has finished that work. WebGPU allows destroying them at once, but with Deno's WebGPU on the
+// software adapter, runs that did so (a call on GpuTensors frees its scratch right after its
+// submit) sometimes ended in a glibc abort at exit; waiting costs nothing on the calling path.
+const retiring = new Set<Promise<void>>();
+
+/** Destroys a buffer once the work submitted so far on its device is done. */
+function destroyWhenIdle(device: GPUDevice, buffer: GPUBuffer): void {
+  const done = () => {
+    destroyBuffer(buffer);
+    retiring.delete(retired);
+  };
+  const retired: Promise<void> = device.queue.onSubmittedWorkDone().then(done, done);
+  retiring.add(retired);
+}
+
+/**
+ * Waits until every buffer the gpu arm released while the GPU might still be using it is
+ * destroyed (they count in gpuLiveBuffers until then): for leak checks right after calls on
+ * GpuTensors. Costs a host sync when any is pending.
+ *
+ * @returns When none is pending.
+ * @example
+ * ```ts
+ * import { gpuSettled } from "@deltanet/kda";
+ * await gpuSettled(); // then gpuDiagnostics().liveBuffers counts only what is held
+ * ```
+ */
+export async function gpuSettled(): Promise<void> {
+  while (retiring.size > 0) await Promise.all([...retiring]);
 }
 
 /**
@@ -168,10 +200,12 @@ function acquire(device: GPUDevice, label: string, bytes: number, usage: number)
 }
 
 /**
- * Gives a buffer back: kept in the pool while it has room, else destroyed.
+ * Gives a buffer back: kept in the pool while it has room, else destroyed (at once, or with
+ * `whenIdle` once the GPU has finished the work submitted so far).
  *
  * @param device The device it lives on.
  * @param buffer A buffer from {@linkcode BufferSet.make} or {@linkcode createBuffer}.
+ * @param whenIdle Whether work submitted before may still use it.
  * @example
  * ```ts
  * import { getContext } from "./device.ts";
@@ -179,10 +213,11 @@ function acquire(device: GPUDevice, label: string, bytes: number, usage: number)
  * recycleBuffer(device, createBuffer(device, "x", 16, STORAGE_USAGE)); // destroyed: pool off
  * ```
  */
-export function recycleBuffer(device: GPUDevice, buffer: GPUBuffer): void {
+export function recycleBuffer(device: GPUDevice, buffer: GPUBuffer, whenIdle = false): void {
   const bytes = buffer.size;
   if (poolMaxBytes === 0 || bytes > poolMaxBytes) {
-    destroyBuffer(buffer);
+    if (whenIdle) destroyWhenIdle(device, buffer);
+    else destroyBuffer(buffer);
     return;
   }
   pool.push({ device, buffer, bytes, usage: buffer.usage });
@@ -252,9 +287,13 @@ export class BufferSet {
     return buffers;
   }
 
-  /** Gives back every buffer the set still owns (to the pool, or destroyed). */
-  destroyAll(): void {
-    for (const b of this.#owned) recycleBuffer(this.#device, b);
+  /**
+   * Gives back every buffer the set still owns (to the pool, or destroyed).
+   *
+   * @param whenIdle Whether submitted work may still use them (destroy them once it is done).
+   */
+  destroyAll(whenIdle = false): void {
+    for (const b of this.#owned) recycleBuffer(this.#device, b, whenIdle);
     this.#owned = [];
   }
 

@@ -96,6 +96,7 @@ export interface GpuSaved {
 export class SavedState implements GpuSaved {
   #buffers: GPUBuffer[];
   #released = false;
+  #whenIdle = false;
   #busy = 0;
 
   /**
@@ -122,10 +123,15 @@ export class SavedState implements GpuSaved {
     return this.#released;
   }
 
-  /** Frees the buffers now, or when the last running backward ends. */
-  release(): void {
+  /**
+   * Frees the buffers now, or when the last running backward ends.
+   *
+   * @param whenIdle Whether submitted work may still use them (destroy them once it is done).
+   */
+  release(whenIdle = false): void {
     if (this.#released) return;
     this.#released = true;
+    this.#whenIdle = whenIdle;
     if (this.#busy === 0) this.#free();
   }
 
@@ -141,7 +147,7 @@ export class SavedState implements GpuSaved {
   }
 
   #free(): void {
-    for (const b of this.#buffers) recycleBuffer(this.ctx.device, b);
+    for (const b of this.#buffers) recycleBuffer(this.ctx.device, b, this.#whenIdle);
     this.#buffers = [];
   }
 }
@@ -334,9 +340,13 @@ export class ForwardJob {
     return new SavedState(this.ctx, this.plan, this.scale, this.flags, this.#kept);
   }
 
-  /** Destroys every buffer the job still owns. */
-  destroy(): void {
-    this.#job.set.destroyAll();
+  /**
+   * Destroys every buffer the job still owns.
+   *
+   * @param whenIdle Whether submitted work may still use them (destroy them once it is done).
+   */
+  destroy(whenIdle = false): void {
+    this.#job.set.destroyAll(whenIdle);
   }
 }
 
@@ -463,9 +473,13 @@ export class BackwardJob {
     }, timing);
   }
 
-  /** Destroys the job's own buffers (never the saved ones). */
-  destroy(): void {
-    this.#job.set.destroyAll();
+  /**
+   * Destroys the job's own buffers (never the saved ones).
+   *
+   * @param whenIdle Whether submitted work may still use them (destroy them once it is done).
+   */
+  destroy(whenIdle = false): void {
+    this.#job.set.destroyAll(whenIdle);
   }
 }
 

@@ -10,7 +10,7 @@
 // on the GPU in a GpuSaved handle, valid for any number of backward calls until it is released.
 
 import type { ChunkSize, KdaDims, KdaGrads, KdaProblem } from "../_types.ts";
-import { gpuLiveBuffers, gpuPool, type GpuPoolStatus } from "./buffers.ts";
+import { gpuLiveBuffers, gpuPool, type GpuPoolStatus, gpuSettled } from "./buffers.ts";
 import { gpuSyncs } from "./tensor.ts";
 import { assertUsable, BackwardJob, ForwardJob, type GpuSaved, SavedState } from "./calls.ts";
 import {
@@ -22,7 +22,7 @@ import {
 } from "./device.ts";
 import { limitProblem, makePlan, scaleProblem, shapeProblem } from "./layout.ts";
 
-export { gpuLiveBuffers, gpuPool, type GpuPoolStatus };
+export { gpuLiveBuffers, gpuPool, type GpuPoolStatus, gpuSettled };
 export type { GpuInfo, GpuSaved };
 export { GpuError, type GpuErrorKind } from "./device.ts";
 

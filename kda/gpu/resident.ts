@@ -66,7 +66,7 @@ export async function gpuForwardOnDevice(
       await job.run(false, [o.buffer, ht.buffer]);
       return { o, ht };
     } finally {
-      job.destroy();
+      job.destroy(true);
     }
   });
 }
@@ -119,17 +119,17 @@ export async function gpuVjpOnDevice(
       await forward.run(false, []);
       saved = forward.takeSaved();
     } finally {
-      forward.destroy();
+      forward.destroy(true);
     }
     try {
       const backward = await BackwardJob.create(saved, cotangents.dout, cotangents.dht, false);
       try {
         await backward.run(false, grads.map((t) => t.buffer));
       } finally {
-        backward.destroy();
+        backward.destroy(true);
       }
     } finally {
-      saved.release();
+      saved.release(true);
     }
     const [dq, dk, dv, dg, dbeta, dh0] = grads;
     return { dq, dk, dv, dg, dbeta, dh0 };

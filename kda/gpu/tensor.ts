@@ -157,12 +157,12 @@ export class DeviceTensor implements GpuTensor {
   }
 
   /**
-   * Frees the buffer (once the GPU work queued on it is done), or gives it to the buffer pool when
-   * that is on (`gpuPool`); a second call does nothing.
+   * Frees the buffer once the GPU work queued on it is done (`gpuSettled` waits for that), or
+   * gives it to the buffer pool when that is on (`gpuPool`); a second call does nothing.
    */
   release(): void {
     if (this.#buffer === null) return;
-    recycleBuffer(this.#device, this.#buffer);
+    recycleBuffer(this.#device, this.#buffer, true);
     this.#buffer = null;
   }
 }
