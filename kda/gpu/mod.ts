@@ -1,13 +1,17 @@
 // The `gpu` arm of the KDA op: WebGPU kernels in kda/chunk.wgsl, f32 only.
 //
-//   device.ts   the device context (adapter, device, pipelines, lost state)
-//   layout.ts   pure: plan, buffer regions, limits, scan ranges, parameters, the WGSL header
-//   buffers.ts  buffer ownership and the live count
-//   passes.ts   encode passes, submit, read back (shared by forward and backward)
-//   calls.ts    one forward or backward call: allocate and upload, run, free
+//   device.ts     the device context (adapter, device, pipelines, lost state)
+//   layout.ts     pure: plan, buffer regions, limits, scan ranges, parameters, the WGSL header
+//   accessors.ts  pure: the WGSL vec4 accessors, generated per buffer
+//   buffers.ts    buffer ownership, the live count and the optional pool
+//   passes.ts     encode passes, submit, read back (shared by forward and backward)
+//   calls.ts      one forward or backward call: allocate and upload, run, free
+//   tensor.ts     GpuTensor, DeviceTensor and the host-sync count
+//   resident.ts   calls on GpuTensors: copies in and out on the GPU, no readback
 //
-// A forward is one submit and one readback, a backward likewise. What the backward needs stays
-// on the GPU in a GpuSaved handle, valid for any number of backward calls until it is released.
+// A forward is one submit and one readback, a backward likewise (none on GpuTensors). What the
+// backward needs stays on the GPU in a GpuSaved handle, valid for any number of backward calls
+// until it is released.
 
 import type { ChunkSize, KdaDims, KdaGrads, KdaProblem } from "../_types.ts";
 import { gpuLiveBuffers, gpuPool, type GpuPoolStatus, gpuSettled } from "./buffers.ts";
