@@ -17,6 +17,7 @@ import {
   gpuUnsupportedReason,
 } from "../kda/gpu/mod.ts";
 import { destroyDeviceForTests, testFaults } from "../kda/gpu/device.ts";
+import { gpuSettled, kda, releaseTensors, toGpuInputs } from "../mod.ts";
 import { mulberry32, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu, runChild } from "./_gpu.ts";
 
@@ -153,3 +154,19 @@ gpuTest(
     assert.match(out.stdout, /AT EXIT The GPU device was lost \(the process is exiting\)/);
   },
 );
+
+gpuTest("gpuSettled() returns when the device is lost with releases still pending", async () => {
+  const { x } = inputs();
+  const onDevice = await toGpuInputs(x);
+  const out = await kda(onDevice, { chunkSize: 16 });
+  releaseTensors(out, onDevice); // pending: their work may still run
+  assert.equal(destroyDeviceForTests(), true);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const hung = new Promise<string>((resolve) => {
+    timer = setTimeout(() => resolve("hung"), 5000);
+  });
+  const result = await Promise.race([gpuSettled().then(() => "settled"), hung]);
+  clearTimeout(timer);
+  assert.equal(result, "settled");
+  await gpuStatus(); // a fresh device for whatever runs next
+});

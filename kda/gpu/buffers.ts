@@ -146,7 +146,9 @@ function destroyWhenIdle(device: GPUDevice, buffer: GPUBuffer): void {
     destroyBuffer(buffer);
     retiring.delete(retired);
   };
-  const retired: Promise<void> = device.queue.onSubmittedWorkDone().then(done, done);
+  // should a lost device never report its queue done, its loss settles the wait
+  const retired: Promise<void> = Promise.race([device.queue.onSubmittedWorkDone(), device.lost])
+    .then(done, done);
   retiring.add(retired);
 }
 
