@@ -31,22 +31,33 @@ import { type GpuTensor, isGpuTensor } from "./tensor.ts";
 export type JobArray = Float32Array | GpuTensor;
 
 /**
- * Queues `data` into `target` at float offset `at`: a host array now, a device tensor as a copy
- * that each run encodes before its passes.
+ * Queues each array into its region of `target` (laid out by `table`): a host array now, a device
+ * tensor as a copy that each run encodes before its passes (returned). Absent arrays are skipped.
  */
 function place(
   queue: GPUQueue,
-  copies: BufferCopy[],
   target: GPUBuffer,
-  at: number,
-  data: JobArray,
-  floats: number,
-): void {
-  if (isGpuTensor(data)) {
-    copies.push({ source: data.buffer, target, targetOffset: at * 4, bytes: floats * 4 });
-  } else {
-    upload(queue, target, at, data);
+  table: RegionTable,
+  plan: Plan,
+  arrays: readonly (readonly [region: string, data: JobArray | undefined])[],
+): BufferCopy[] {
+  const { offsets } = tableOffsets(table, plan.dims);
+  const copies: BufferCopy[] = [];
+  for (const [region, data] of arrays) {
+    if (data === undefined) continue;
+    if (isGpuTensor(data)) {
+      const floats = sizeOf(table.regions.find((r) => r.name === region)!.size, plan.dims);
+      copies.push({
+        source: data.buffer,
+        target,
+        targetOffset: offsets[region] * 4,
+        bytes: floats * 4,
+      });
+    } else {
+      upload(queue, target, offsets[region], data);
+    }
   }
+  return copies;
 }
 
 /**
@@ -160,11 +171,6 @@ interface JobBuffers {
   copiesIn: BufferCopy[];
 }
 
-/** Floats of one region of a table. */
-function regionFloats(table: RegionTable, name: string, plan: Plan): number {
-  return sizeOf(table.regions.find((r) => r.name === name)!.size, plan.dims);
-}
-
 /** [offset, length] of every region of a table, in order. */
 function splitOf(table: RegionTable, plan: Plan): [number, number][] {
   const { offsets } = tableOffsets(table, plan.dims);
@@ -259,15 +265,14 @@ export class ForwardJob {
           if (save) fillNaN(queue, states, f.states);
           fillNaN(queue, out, f.outputs);
         }
-        const copies: BufferCopy[] = [];
-        const { offsets } = tableOffsets(INPUTS, plan.dims);
-        for (const [region, data] of [["Q", x.q], ["K", x.k], ["V", x.v], ["G", x.g]] as const) {
-          place(queue, copies, inputs, offsets[region], data, regionFloats(INPUTS, region, plan));
-        }
-        place(queue, copies, inputs, offsets.Beta, x.beta, regionFloats(INPUTS, "Beta", plan));
-        if (x.h0 !== undefined) {
-          place(queue, copies, inputs, offsets.H0, x.h0, regionFloats(INPUTS, "H0", plan));
-        }
+        const copies = place(queue, inputs, INPUTS, plan, [
+          ["Q", x.q],
+          ["K", x.k],
+          ["V", x.v],
+          ["G", x.g],
+          ["Beta", x.beta],
+          ["H0", x.h0],
+        ]);
         const bindGroup = bindAll(ctx, "kda forward", {
           p: params,
           x: inputs,
@@ -415,12 +420,7 @@ export class BackwardJob {
           fillNaN(queue, gs, f.gs);
           fillNaN(queue, grads, f.grads);
         }
-        const copies: BufferCopy[] = [];
-        const { offsets } = tableOffsets(COTANGENTS, plan.dims);
-        place(queue, copies, cot, offsets.Dout, dout, regionFloats(COTANGENTS, "Dout", plan));
-        if (dht !== undefined) {
-          place(queue, copies, cot, offsets.Dht, dht, regionFloats(COTANGENTS, "Dht", plan));
-        }
+        const copies = place(queue, cot, COTANGENTS, plan, [["Dout", dout], ["Dht", dht]]);
         const bindGroup = bindAll(ctx, "kda backward", {
           p: params,
           x: saved.buffers.inputs,
