@@ -44,7 +44,7 @@ async function main(): Promise<void> {
     const mark = () => t.push(performance.now());
     const grads = shapes.map((s) => {
       const bytes = s.reduce((a, b) => a * b, 1) * 4;
-      return new DeviceTensor(ctx.device, BufferSet.acquire(ctx.device, "grad", bytes), s);
+      return new DeviceTensor(ctx, BufferSet.acquire(ctx.device, "grad", bytes), s);
     });
     const fjob = await ForwardJob.create(ctx, x, {
       chunkSize: C as ChunkSize,

@@ -14,7 +14,7 @@ function allocate(ctx: GpuContext, shapes: readonly (readonly number[])[]): Devi
   return shapes.map((shape) => {
     const bytes = shape.reduce((a, b) => a * b, 1) * 4;
     return new DeviceTensor(
-      ctx.device,
+      ctx,
       BufferSet.acquire(ctx.device, "DeviceTensor", bytes),
       shape,
     );

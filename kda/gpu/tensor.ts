@@ -3,7 +3,7 @@
 // about 10 ms in Deno's WebGPU whatever the work, so a training step should pay one. Reading a
 // tensor back is that sync, and the package counts every one it makes (gpuSyncs).
 
-import { getContext, GpuError } from "./device.ts";
+import { getContext, type GpuContext, GpuError } from "./device.ts";
 import { BufferSet, createBuffer, destroyBuffer, recycleBuffer, upload } from "./buffers.ts";
 import { typeName } from "../_check.ts";
 
@@ -90,17 +90,17 @@ export class DeviceTensor implements GpuTensor {
   /** The element type. */
   readonly dtype = "f32" as const;
   #buffer: GPUBuffer | null;
-  #device: GPUDevice;
+  #ctx: GpuContext;
 
   /**
    * Wraps a counted buffer (from the package's pool or createBuffer) that this tensor now owns.
    *
-   * @param device The device of the buffer.
+   * @param ctx The device context the buffer lives on.
    * @param buffer The buffer, at least 4 bytes per element.
    * @param shape The shape.
    */
-  constructor(device: GPUDevice, buffer: GPUBuffer, readonly shape: readonly number[]) {
-    this.#device = device;
+  constructor(ctx: GpuContext, buffer: GPUBuffer, readonly shape: readonly number[]) {
+    this.#ctx = ctx;
     this.#buffer = buffer;
   }
 
@@ -129,25 +129,34 @@ export class DeviceTensor implements GpuTensor {
    */
   async read(): Promise<Float32Array> {
     const source = this.buffer;
-    const device = this.#device;
+    const ctx = this.#ctx;
     const bytes = this.size * 4;
     const staging = createBuffer(
-      device,
+      ctx.device,
       "DeviceTensor.read staging",
       bytes,
       GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
     );
     try {
-      device.pushErrorScope("validation");
-      const encoder = device.createCommandEncoder({ label: "DeviceTensor.read" });
-      encoder.copyBufferToBuffer(source, 0, staging, 0, Math.max(4, bytes));
-      device.queue.submit([encoder.finish()]);
-      const error = await device.popErrorScope();
-      if (error !== null) {
-        throw new GpuError("validation", `DeviceTensor.read failed: ${error.message}`);
-      }
+      await ctx.scoped("DeviceTensor.read", () => {
+        const encoder = ctx.device.createCommandEncoder({ label: "DeviceTensor.read" });
+        encoder.copyBufferToBuffer(source, 0, staging, 0, Math.max(4, bytes));
+        ctx.device.queue.submit([encoder.finish()]);
+      });
       countSync();
-      await staging.mapAsync(GPUMapMode.READ, 0, Math.max(16, bytes));
+      try {
+        await staging.mapAsync(GPUMapMode.READ, 0, Math.max(16, bytes));
+      } catch (error) {
+        ctx.assertAlive("DeviceTensor.read");
+        throw new GpuError(
+          "internal",
+          `DeviceTensor.read failed while reading back: ${
+            error instanceof Error ? error.message : String(error)
+          }`,
+        );
+      }
+      // a device lost after the submit may have left the copy unwritten: never return it
+      ctx.assertAlive("DeviceTensor.read");
       const out = new Float32Array(staging.getMappedRange(0, bytes).slice(0));
       staging.unmap();
       return out;
@@ -162,7 +171,7 @@ export class DeviceTensor implements GpuTensor {
    */
   release(): void {
     if (this.#buffer === null) return;
-    recycleBuffer(this.#device, this.#buffer, true);
+    recycleBuffer(this.#ctx.device, this.#buffer, true);
     this.#buffer = null;
   }
 }
@@ -223,7 +232,7 @@ export async function toGpu(data: Float32Array, shape: readonly number[]): Promi
   const ctx = await getContext();
   const buffer = BufferSet.acquire(ctx.device, "toGpu", data.byteLength);
   upload(ctx.device.queue, buffer, 0, data);
-  return new DeviceTensor(ctx.device, buffer, [...shape]);
+  return new DeviceTensor(ctx, buffer, [...shape]);
 }
 
 /**
