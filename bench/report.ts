@@ -286,6 +286,7 @@ interface AblationFile {
   C: number;
   stages: string[];
   rows: { section: string; ms: number[]; savedMs: number[] }[];
+  note?: string;
 }
 
 function ablationSection(a: AblationFile): string {
@@ -297,6 +298,7 @@ function ablationSection(a: AblationFile): string {
   return [
     `## Profile by subtraction — \`${a.file}\``,
     "",
+    ...(a.note !== undefined ? [`**${a.note}**`, ""] : []),
     `Each marked section of the WGSL removed in turn at (${a.B}, ${a.T}, ${a.H}, ${a.K}) C=${a.C} ` +
     "(bench/ablate.ts): the drop in its stage's kernel time is the section's cost. Full stage " +
     `times: ${a.stages.map((s, i) => `${s} ${ms(full.ms[i])}`).join(", ")} ms.`,
