@@ -23,7 +23,19 @@
  */
 
 export type * from "./kda/_types.ts";
-export { DEFAULT_CONFIG, type KdaConfig } from "./kda/config.ts";
+export {
+  type AgreementBars,
+  type ArrayConstructorOf,
+  BFloat16Array,
+  type ComputeArray,
+  type ComputeDType,
+  type DType,
+  type DTypeInfo,
+  dtypeOf,
+  DTYPES,
+  MEASURED_BAR_FACTOR,
+} from "./base/dtype.ts";
+export { DEFAULT_CONFIG, type KdaConfig } from "./kda/layer/config.ts";
 export {
   DEFAULT_CHUNK_SIZES,
   kda,
@@ -34,7 +46,7 @@ export {
   type ResultArray,
   seamCounts,
   seamDecisions,
-} from "./kda/op.ts";
+} from "./kda/op/op.ts";
 export {
   KdaModule,
   type KdaModuleRunOptions,
@@ -56,8 +68,13 @@ export {
   stateDict,
   TRITON_NAME_MAP,
   type TritonNameMapping,
-} from "./kda/state_dict.ts";
-export { kdaStep, type KdaStepOptions, type KdaStepResult, type KdaStepToken } from "./kda/step.ts";
+} from "./kda/layer/state_dict.ts";
+export {
+  kdaStep,
+  type KdaStepOptions,
+  type KdaStepResult,
+  type KdaStepToken,
+} from "./kda/op/step.ts";
 export {
   gpuDiagnostics,
   GpuError,
@@ -78,6 +95,6 @@ export {
   releaseTensors,
   toGpu,
 } from "./kda/gpu/tensor.ts";
-export { toGpuInputs } from "./kda/_on_device.ts";
+export { toGpuInputs } from "./kda/op/_on_device.ts";
 export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
 export { type Tensor } from "./tape/mod.ts";

@@ -18,10 +18,10 @@ import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
 import { gpuBackward, gpuForward, gpuStatus, gpuUnsupportedReason } from "../kda/gpu/mod.ts";
 import type { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
 import { withGpuJobs } from "./_run.ts";
-import { kda, kdaVjp } from "../kda/op.ts";
+import { kda, kdaVjp } from "../kda/op/op.ts";
 import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { gpuPool } from "../kda/gpu/buffers.ts";
-import { toGpuInputs } from "../kda/_on_device.ts";
+import { toGpuInputs } from "../kda/op/_on_device.ts";
 import { BACKWARD_STAGES, FORWARD_STAGES } from "../kda/gpu/layout.ts";
 
 /** One benchmarked problem. */
@@ -361,7 +361,7 @@ async function main(): Promise<void> {
     }
   }
   const date = new Date().toISOString().slice(0, 10);
-  const dir = new URL("./results/", import.meta.url);
+  const dir = new URL("./results", import.meta.url);
   await Deno.mkdir(dir, { recursive: true });
   const name = Deno.env.get("KDA_BENCH_OUT") ??
     new URL(`${slug(info.description)}-${date}.json`, dir).pathname;

@@ -2,9 +2,9 @@
 // scaling in T. Inputs are drawn once per shape, outside the timed region.
 
 import { type KdaInputs, KdaModule, kdaVjp } from "../mod.ts";
-import { mulberry32, normal } from "../kda/_random.ts";
+import { mulberry32, normal } from "../kda/layer/_random.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
-import { kdaStep } from "../kda/step.ts";
+import { kdaStep } from "../kda/op/step.ts";
 
 function inputs(B: number, T: number, H: number, K: number, V: number, f32 = false): KdaInputs {
   const gauss = normal(mulberry32(1234));

@@ -365,7 +365,7 @@ function beforeAfter(docs: ResultsFile[]): string {
 }
 
 async function main(): Promise<void> {
-  const dir = new URL("./results/", import.meta.url);
+  const dir = new URL("./results", import.meta.url);
   const docs: ResultsFile[] = [];
   const ablations: AblationFile[] = [];
   for await (const entry of Deno.readDir(dir)) {

@@ -5,10 +5,11 @@
 // docs/kda.md 4, its RMS ratio, where its worst entry sits, and a verdict against the bar of the
 // precision the candidate claims.
 
-import { kda, kdaVjp } from "../kda/op.ts";
+import { kda, kdaVjp } from "../kda/op/op.ts";
 import type { Arm } from "../kda/_types.ts";
 import { bf16Bits, bf16Value, f16Bits, f16Value, type SafetensorsFile } from "../io/mod.ts";
 import { type Agreement, agreement } from "./compare.ts";
+import { DTYPES, MEASURED_BAR_FACTOR } from "../base/dtype.ts";
 
 /** The precisions a candidate may claim. */
 export type Precision = "bf16" | "f16" | "f32";
@@ -64,8 +65,8 @@ export interface CandidateReport {
 const RESULTS = ["o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
 const GRADS = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
 
-/** The gpu arm's proven f32 bars (tests/gpu_test.ts), for outputs and for gradients. */
-export const F32_BARS = { outputs: 2e-6, gradients: 2e-5 } as const;
+/** The gpu arm's proven f32 bars, from the dtype table. */
+const F32_BARS = DTYPES.f32.bars!;
 
 function f64(file: SafetensorsFile, name: string, shape?: number[]): Float64Array {
   const t = file.tensors.get(name);
@@ -278,7 +279,7 @@ export async function checkCandidate(
   const referenceArm: Arm = work <= 4_000_000 ? "ops" : "cpu";
   const exact = await reference(p, referenceArm, C);
   // The bar of a precision: what a perfect kernel with that precision attains. For bf16 and f16,
-  // measured now, as 4× the error of the f64 reference run on inputs rounded to that precision
+  // measured now, as MEASURED_BAR_FACTOR times the error of the f64 reference run on inputs rounded to that precision
   // with outputs rounded too; never tighter than the f32 bars. For f32, the gpu arm's proven bars.
   let attainable: Map<string, Float64Array> | undefined;
   if (options.precision !== "f32") {
@@ -304,7 +305,7 @@ export async function checkCandidate(
     }
     const f32Bar = name === "o" || name === "ht" ? F32_BARS.outputs : F32_BARS.gradients;
     const bar = attainable
-      ? Math.max(f32Bar, 4 * agreement(attainable.get(name)!, ref).rel)
+      ? Math.max(f32Bar, MEASURED_BAR_FACTOR * agreement(attainable.get(name)!, ref).rel)
       : f32Bar;
     rows.push({
       name,
@@ -324,7 +325,7 @@ export async function checkCandidate(
     rows,
     barNote: options.precision === "f32"
       ? `f32 bars: the gpu arm's proven ${F32_BARS.outputs} (o, ht) and ${F32_BARS.gradients} (gradients)`
-      : `${options.precision} bars: 4× the error of the f64 reference on ${options.precision}-rounded inputs with ${options.precision}-rounded outputs, at least the f32 bars`,
+      : `${options.precision} bars: ${MEASURED_BAR_FACTOR}× the error of the f64 reference on ${options.precision}-rounded inputs with ${options.precision}-rounded outputs, at least the f32 bars`,
   };
 }
 

@@ -3,7 +3,7 @@
 // (`grad/<name>`) gets the proof's per-group table against the exact f64 layer, and a diagnosis.
 
 import { KdaModule, PARAMETER_TABLE } from "../kda/module.ts";
-import type { KdaConfig } from "../kda/config.ts";
+import type { KdaConfig } from "../kda/layer/config.ts";
 import type { Arm } from "../kda/_types.ts";
 import type { SafetensorsFile } from "../io/mod.ts";
 import { type Agreement, agreement } from "./compare.ts";

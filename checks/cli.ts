@@ -11,8 +11,9 @@
  */
 
 import { parseArgs } from "node:util";
+import { computeDtypeOf } from "../base/dtype.ts";
 import type { Arm, Float } from "../kda/_types.ts";
-import type { KdaConfig } from "../kda/config.ts";
+import type { KdaConfig } from "../kda/layer/config.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
 import { type ProofOptions, provenRun, runProof } from "./prove.ts";
 import { cellText, failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
@@ -110,7 +111,7 @@ function encode(run: Map<string, Float>): string {
     for (let i = 0; i < bytes.length; i += 8192) {
       text += String.fromCharCode(...bytes.subarray(i, i + 8192));
     }
-    out[name] = { dtype: a instanceof Float64Array ? "f64" : "f32", bytes: btoa(text) };
+    out[name] = { dtype: computeDtypeOf(a), bytes: btoa(text) };
   }
   return JSON.stringify(out);
 }

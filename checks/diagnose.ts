@@ -1,8 +1,7 @@
 // The diagnosis line a failed proof prints: the pattern of what failed, named as the bug it points
 // to. The order matters: the most specific pattern wins.
 
-import type { ProofReport } from "./prove.ts";
-import { DOWNSTREAM_GROUPS } from "./prove.ts";
+import { DOWNSTREAM_GROUPS, type ProofReport } from "./_proof_report.ts";
 
 const e = (x: number) => Number.isNaN(x) ? "NaN" : x.toExponential(2);
 

@@ -3,7 +3,7 @@
 // layer proof (prove.ts) uses the row builders; `proveGradients` runs them on anyone's layer.
 
 import { type Data, jvp, Tape, Tensor } from "../tape/mod.ts";
-import { mulberry32 } from "../kda/_random.ts";
+import { mulberry32 } from "../kda/layer/_random.ts";
 import {
   type CoordinateProbe,
   derivedStep,

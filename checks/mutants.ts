@@ -1,8 +1,8 @@
 // Planted defects the proof must catch (`deno task prove --mutants`), injected through the seam's
 // test hooks without editing any source. Each mutant names the diagnosis it must draw.
 
-import type { KdaRequest } from "../kda/arms.ts";
-import type { PlantedDefect } from "./prove.ts";
+import type { KdaRequest } from "../kda/op/arms.ts";
+import type { PlantedDefect } from "./_proof_report.ts";
 
 /** One planted defect and the diagnosis the proof must give for it. */
 export interface Mutant {

@@ -4,11 +4,12 @@
 
 import { jvp, Tape, Tensor } from "../tape/mod.ts";
 import { SEAM_HOOKS, type SeamHooks } from "../seam/seam.ts";
-import { type KdaRequest, runKda } from "../kda/arms.ts";
-import type { Arm, ChunkSize, DType, Float } from "../kda/_types.ts";
+import { type KdaRequest, runKda } from "../kda/op/arms.ts";
+import type { Arm, ChunkSize, Float } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
-import { mulberry32, normal, subSeed } from "../kda/_random.ts";
+import { mulberry32, normal, subSeed } from "../kda/layer/_random.ts";
 import { type Agreement, agreement } from "./compare.ts";
+import type { ComputeDType } from "../base/dtype.ts";
 
 /** One tensor's agreement with the reference. */
 export interface OpRow {
@@ -65,7 +66,7 @@ function shapesOf(r: KdaRequest): number[][] {
 
 async function vjpOn(
   arm: Arm,
-  dtype: DType,
+  dtype: ComputeDType,
   request: KdaRequest,
   inputs: Float[],
   cot: Float[],
@@ -110,7 +111,7 @@ async function vjpOn(
  */
 export async function checkOp(options: {
   arm: Arm;
-  dtype: DType;
+  dtype: ComputeDType;
   K: number;
   V: number;
   chunkSize: ChunkSize;

@@ -4,48 +4,27 @@
 // gradients, a falsification that must go red, bit-identical reruns, and the seam's counters.
 // `runProof` returns everything it measured; report.ts prints it; cli.ts is the main job.
 
-import { KdaModule, type KdaModuleProofOptions, PARAMETER_TABLE } from "../kda/module.ts";
+import { KdaModule, type KdaModuleProofOptions } from "../kda/module.ts";
 import type { Arm, Float } from "../kda/_types.ts";
-import type { KdaConfig } from "../kda/config.ts";
-import { mulberry32, normal, subSeed } from "../kda/_random.ts";
-import { SEAM_HOOKS, type SeamCounts, type SeamHooks } from "../seam/seam.ts";
-import { resetSeamCounts, seamCounts, seamDecisions } from "../kda/op.ts";
-import { type Agreement, agreement, sameBits } from "./compare.ts";
+import type { KdaConfig } from "../kda/layer/config.ts";
+import { mulberry32, normal, subSeed } from "../kda/layer/_random.ts";
+import { SEAM_HOOKS, type SeamCounts } from "../seam/seam.ts";
+import { resetSeamCounts, seamCounts, seamDecisions } from "../kda/op/op.ts";
+import { armPrecision } from "../kda/op/arms.ts";
+import { type AgreementBars, type ComputeDType, DTYPES } from "../base/dtype.ts";
+import { agreement, sameBits } from "./compare.ts";
 import * as groupChecks from "./gradients.ts";
-import type { DirectionalRow, FdRow } from "./gradients.ts";
-import { checkOp, type OpCheck } from "./op_check.ts";
+import type { DirectionalRow } from "./gradients.ts";
+import { checkOp } from "./op_check.ts";
 import { diagnose } from "./diagnose.ts";
-
-/** The groups the layer must have, spelled out from docs/kda.md 2.4 rather than read from it. */
-export const EXPECTED_GROUPS: readonly string[] = [
-  "q_proj.weight",
-  "k_proj.weight",
-  "v_proj.weight",
-  "decay.w_down.weight",
-  "decay.w_up.weight",
-  "decay.b_alpha",
-  "decay.a_log",
-  "beta_proj.weight",
-  "o_norm_w",
-  "o_gate.weight",
-  "o_proj.weight",
-];
-
-/** The three more groups of the short-conv layer. */
-export const CONV_GROUPS: readonly string[] = ["q_conv_w", "k_conv_w", "v_conv_w"];
-
-/** Groups after the KDA op: the falsification must leave these green. */
-export const DOWNSTREAM_GROUPS: readonly string[] = PARAMETER_TABLE.filter((p) => p.afterOp).map((
-  p,
-) => p.name);
-
-/** A planted defect: seam hooks, or the op's outputs detached, in the arm under test's runs. */
-export interface PlantedDefect {
-  /** Seam hooks for the runs of the arm under test. */
-  hooks?: SeamHooks;
-  /** Detach the op's outputs in those runs. */
-  detach?: boolean;
-}
+import {
+  CONV_GROUPS,
+  DOWNSTREAM_GROUPS,
+  EXPECTED_GROUPS,
+  type GroupRow,
+  type PlantedDefect,
+  type ProofReport,
+} from "./_proof_report.ts";
 
 /** What `runProof` is told. */
 export interface ProofOptions {
@@ -69,61 +48,10 @@ export interface ProofOptions {
   defect?: PlantedDefect;
 }
 
-/** One parameter group's row. */
-export interface GroupRow {
-  name: string;
-  shape: readonly number[];
-  /** `max|grad|` of the arm under test (0: the group got no gradient). */
-  gradMax: number;
-  /** Central differences of the exact f64 layer on the fd arm. */
-  fd: FdRow | null;
-  /** Central differences of the arm's own forward in its precision (f32 arms only). */
-  fd32: FdRow | null;
-  /** ⟨∇L, u⟩ of the arm under test against J·u by forward mode on the f64 ops arm. */
-  directional: DirectionalRow | null;
-  /** Agreement with the reference arm on the same bytes. */
-  reference: Agreement;
-  referenceOk: boolean;
-  ok: boolean;
+/** The agreement bars of a compute dtype, from the one dtype table. */
+function barsOf(dtype: ComputeDType): AgreementBars {
+  return DTYPES[dtype].bars!;
 }
-
-/** Everything a proof measured. */
-export interface ProofReport {
-  arm: Arm;
-  referenceArm: Arm;
-  fdArm: Arm;
-  dtype: "f64" | "f32";
-  config: Readonly<KdaConfig>;
-  dims: [number, number];
-  groups: { missing: string[]; extra: string[] };
-  loss: number;
-  lossScale: number;
-  rows: GroupRow[];
-  forward: { rel: number; tol: number; ok: boolean };
-  gradTol: number;
-  directionalTol: number;
-  op: OpCheck;
-  falsification: { red: string[]; expectedRed: string[]; ok: boolean; note: string };
-  reproducible: {
-    ok: boolean;
-    runs: number;
-    mismatched: { name: string; maxDiff: number }[];
-    otherProcess: "identical" | "differs" | "not run";
-  };
-  seam: SeamCounts;
-  seamExpected: string;
-  seamOk: boolean;
-  declines: string[];
-  timings: Record<string, number>;
-  diagnosis: string | null;
-  ok: boolean;
-}
-
-/** Tolerances: f64 arms agree with the reference to rounding; the f32 gpu arm to f32 accuracy. */
-const F64_GRAD_TOL = 1e-10;
-const F64_FORWARD_TOL = 1e-12;
-const F32_GRAD_TOL = 1e-4;
-const F32_FORWARD_TOL = 1e-5;
 
 function draw(seed: number, stream: string, n: number): Float64Array {
   const gauss = normal(mulberry32(subSeed(seed, stream)));
@@ -179,7 +107,8 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
   const checks = { fd: true, fd32: true, directional: true, ...options.checks };
   const arm = options.arm;
   const [B, T] = options.dims ?? [2, 256];
-  const dtype = arm === "gpu" ? "f32" : "f64";
+  const dtype = armPrecision(arm);
+  const bars = barsOf(dtype);
   // The f64 layer is the exact reference; an f32 arm gets the same values rounded once, and the
   // f64 side is then set to those rounded values, so both sides see the same bytes.
   const tested = new KdaModule(options.config ?? {}, { dtype });
@@ -199,7 +128,9 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
     extra: names.filter((n) => !expected.includes(n)),
   };
   const referenceArm: Arm = arm === "ops" ? "cpu" : "ops";
-  const fdArm: Arm = arm === "gpu" ? "cpu" : arm;
+  // Differences need the exact f64 layer: an arm that cannot compute in f64 is differenced on the
+  // f64 chunked arm, which the reference comparison ties it to.
+  const fdArm: Arm = dtype === "f64" ? arm : "cpu";
   const defect = options.defect ?? {};
   const testedOptions: KdaModuleProofOptions = {
     arm,
@@ -222,13 +153,13 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
   );
   const lossTested = lossOf(first.y, r), lossRef = lossOf(ref.y, r);
   const forwardRel = Math.abs(lossTested.loss - lossRef.loss) / lossRef.scale;
-  const forwardTol = dtype === "f64" ? F64_FORWARD_TOL : F32_FORWARD_TOL;
-  const gradTol = dtype === "f64" ? F64_GRAD_TOL : F32_GRAD_TOL;
+  const forwardTol = bars.layerForward;
+  const gradTol = bars.layerGradients;
   const lossScale = lossRef.scale;
 
   // Central differences of the exact f64 layer on the fd arm (for the f32 gpu arm, the f64
   // chunked arm, which the reference comparison ties the gpu arm to).
-  const fdGrads = arm === "gpu"
+  const fdGrads = fdArm !== arm
     ? (await exact.vjp(x, [B, T], r, { arm: fdArm, strict: true })).grads
     : first.grads;
   const rows: GroupRow[] = [];
@@ -306,8 +237,8 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
       K: keyDim,
       V: valueDim,
       chunkSize,
-      forwardTol: dtype === "f64" ? F64_FORWARD_TOL : 2e-6,
-      gradTol: dtype === "f64" ? F64_GRAD_TOL : 2e-5,
+      forwardTol: bars.outputs,
+      gradTol: bars.gradients,
       seed,
       hooks: defect.hooks,
       detach: defect.detach,
@@ -411,7 +342,7 @@ export async function provenRun(
   options: Pick<ProofOptions, "arm" | "config" | "dims">,
 ): Promise<Map<string, Float>> {
   const [B, T] = options.dims ?? [2, 256];
-  const dtype = options.arm === "gpu" ? "f32" : "f64";
+  const dtype = armPrecision(options.arm);
   const tested = new KdaModule(options.config ?? {}, { dtype });
   const { dModel: D, seed } = tested.config;
   const round = (a: Float64Array): Float => dtype === "f32" ? Float32Array.from(a) : a;

@@ -1,7 +1,7 @@
 // Printing a proof: one table row per parameter group, then every other check, as plain text or as
 // markdown; and the kill table of the mutants.
 
-import type { ProofReport } from "./prove.ts";
+import type { ProofReport } from "./_proof_report.ts";
 import type { FdRow } from "./gradients.ts";
 import { formatAgreement } from "./compare.ts";
 

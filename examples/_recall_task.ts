@@ -3,7 +3,7 @@
 // Tokens enter the layer through a fixed seeded random embedding; a trained linear readout maps the
 // layer's output to value logits, with its cross-entropy gradient written out by hand.
 
-import { mulberry32 } from "../kda/_random.ts";
+import { mulberry32 } from "../kda/layer/_random.ts";
 
 /** Seeded uniform numbers in [0, 1) (the package's mulberry32). */
 export const uniform: (seed: number) => () => number = mulberry32;

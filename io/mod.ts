@@ -18,11 +18,8 @@
  * @module
  */
 
+export { bf16Bits, bf16Value, f16Bits, f16Value } from "../base/dtype.ts";
 export {
-  bf16Bits,
-  bf16Value,
-  f16Bits,
-  f16Value,
   readSafetensors,
   type SafetensorsDType,
   type SafetensorsFile,

@@ -3,7 +3,8 @@
 // `data_offsets: [begin, end]` relative to the end of the header. Half-precision values (F16, BF16)
 // are widened to f32 exactly on read and rounded to nearest, ties to even, on write.
 
-import { typeName } from "../kda/_check.ts";
+import { typeName } from "../base/check.ts";
+import { bf16Bits, bf16Value, f16Bits, f16Value } from "../base/dtype.ts";
 
 /** A tensor element type this module reads. */
 export type SafetensorsDType = "F64" | "F32" | "F16" | "BF16" | "I32" | "I64";
@@ -54,117 +55,6 @@ export interface SafetensorsInput {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Half precision: exact decoding, and round-to-nearest-even encoding from the exact double value.
-
-interface MiniFloat {
-  mBits: number;
-  bias: number;
-  maxExpField: number;
-}
-
-const F16: MiniFloat = { mBits: 10, bias: 15, maxExpField: 31 };
-const BF16: MiniFloat = { mBits: 7, bias: 127, maxExpField: 255 };
-
-function decodeMini(bits: number, f: MiniFloat): number {
-  const sign = bits >> (f.mBits + Math.log2(f.maxExpField + 1)) ? -1 : 1;
-  const e = (bits >> f.mBits) & f.maxExpField;
-  const m = bits & ((1 << f.mBits) - 1);
-  if (e === 0) return sign * m * 2 ** (1 - f.bias - f.mBits);
-  if (e === f.maxExpField) return m === 0 ? sign * Infinity : NaN;
-  return sign * (1 + m / 2 ** f.mBits) * 2 ** (e - f.bias);
-}
-
-function roundHalfEven(y: number): number {
-  const lo = Math.floor(y), d = y - lo;
-  if (d > 0.5) return lo + 1;
-  if (d < 0.5) return lo;
-  return lo % 2 === 0 ? lo : lo + 1;
-}
-
-function encodeMini(x: number, f: MiniFloat): number {
-  const signShift = f.mBits + Math.log2(f.maxExpField + 1);
-  if (Number.isNaN(x)) return (f.maxExpField << f.mBits) | (1 << (f.mBits - 1));
-  const sign = x < 0 || Object.is(x, -0) ? 1 << signShift : 0;
-  const a = Math.abs(x);
-  const minNormal = 2 ** (1 - f.bias);
-  if (a < minNormal) {
-    // subnormal (a rounded-up result of 2^mBits units is the smallest normal, encoded alike)
-    return sign | roundHalfEven(a / 2 ** (1 - f.bias - f.mBits));
-  }
-  let e = Math.floor(Math.log2(a));
-  if (2 ** e > a) e--;
-  else if (2 ** (e + 1) <= a) e++;
-  let mant = roundHalfEven((a / 2 ** e - 1) * 2 ** f.mBits);
-  if (mant === 2 ** f.mBits) mant = 0, e++;
-  if (e + f.bias >= f.maxExpField) return sign | (f.maxExpField << f.mBits); // overflow: infinity
-  return sign | ((e + f.bias) << f.mBits) | mant;
-}
-
-/**
- * Rounds a number to the nearest IEEE binary16 value, ties to even, and returns its bits.
- *
- * @param x The value (its exact double value is rounded, once).
- * @returns The 16-bit pattern.
- *
- * @example Usage
- * ```ts
- * import { f16Bits } from "@deltanet/kda/io";
- * f16Bits(1); // 0x3c00
- * ```
- */
-export function f16Bits(x: number): number {
-  return encodeMini(x, F16);
-}
-
-/**
- * Rounds a number to the nearest bfloat16 value, ties to even, and returns its bits.
- *
- * @param x The value (its exact double value is rounded, once).
- * @returns The 16-bit pattern.
- *
- * @example Usage
- * ```ts
- * import { bf16Bits } from "@deltanet/kda/io";
- * bf16Bits(1); // 0x3f80
- * ```
- */
-export function bf16Bits(x: number): number {
-  return encodeMini(x, BF16);
-}
-
-/**
- * The value of an IEEE binary16 bit pattern (exact: every f16 value is an f32 value).
- *
- * @param bits The 16-bit pattern.
- * @returns Its value.
- *
- * @example Usage
- * ```ts
- * import { f16Value } from "@deltanet/kda/io";
- * f16Value(0x3c00); // 1
- * ```
- */
-export function f16Value(bits: number): number {
-  return decodeMini(bits & 0xffff, F16);
-}
-
-/**
- * The value of a bfloat16 bit pattern (exact: every bf16 value is an f32 value).
- *
- * @param bits The 16-bit pattern.
- * @returns Its value.
- *
- * @example Usage
- * ```ts
- * import { bf16Value } from "@deltanet/kda/io";
- * bf16Value(0x3f80); // 1
- * ```
- */
-export function bf16Value(bits: number): number {
-  return decodeMini(bits & 0xffff, BF16);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Reading
 
 /**
@@ -191,13 +81,13 @@ function topLevelKeys(text: string): string[] {
 
 const HALF_TABLES: Partial<Record<"F16" | "BF16", Float32Array>> = {};
 
-/** The f32 value of every 16-bit pattern, built on first use (exact: see decodeMini). */
+/** The f32 value of every 16-bit pattern, built on first use (exact: every half value is an f32 value). */
 function halfTable(dtype: "F16" | "BF16"): Float32Array {
   let t = HALF_TABLES[dtype];
   if (t === undefined) {
-    const f = dtype === "F16" ? F16 : BF16;
+    const value = dtype === "F16" ? f16Value : bf16Value;
     t = HALF_TABLES[dtype] = new Float32Array(65536);
-    for (let bits = 0; bits < 65536; bits++) t[bits] = decodeMini(bits, f);
+    for (let bits = 0; bits < 65536; bits++) t[bits] = value(bits);
   }
   return t;
 }
@@ -422,10 +312,10 @@ function encode(
       for (let i = 0; i < n; i++) out.setFloat32(4 * i, data[i], true);
       return;
     case "F16":
-      for (let i = 0; i < n; i++) out.setUint16(2 * i, encodeMini(data[i], F16), true);
+      for (let i = 0; i < n; i++) out.setUint16(2 * i, f16Bits(data[i]), true);
       return;
     case "BF16":
-      for (let i = 0; i < n; i++) out.setUint16(2 * i, encodeMini(data[i], BF16), true);
+      for (let i = 0; i < n; i++) out.setUint16(2 * i, bf16Bits(data[i]), true);
       return;
     case "I32":
       for (let i = 0; i < n; i++) out.setInt32(4 * i, data[i], true);

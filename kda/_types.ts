@@ -14,9 +14,6 @@ export type Float = Float64Array | Float32Array;
  */
 export type PublicFloat = Float | Float16Array;
 
-/** The element type of a call: every array of one call has the same. */
-export type DType = "f64" | "f32";
-
 /** Supported chunk sizes of the chunked arms. */
 export type ChunkSize = 16 | 32 | 64;
 
@@ -28,9 +25,6 @@ export const MAX_HEAD_DIM = 256;
 
 /** Which implementation of the KDA op runs: the tape's recurrence, the CPU chunked node, or WebGPU. */
 export type Arm = "ops" | "cpu" | "gpu";
-
-/** The arms, in fallback order from the fastest. */
-export const ARMS: readonly Arm[] = ["gpu", "cpu", "ops"];
 
 /** The op's dimensions. */
 export interface KdaDims {

@@ -28,9 +28,9 @@
 // Every reduction is a plain loop in a fixed order, so the same inputs give the same bits.
 
 import type { ChunkSize, Float, KdaCotangents, KdaGrads, KdaProblem } from "./_types.ts";
-import { matmulAdd } from "./_matmul.ts";
-import { ChunkAdjoints, ChunkWork } from "./_chunk_work.ts";
-import { type Sequences, sequencesOf } from "./varlen.ts";
+import { matmulAdd } from "./cpu/_matmul.ts";
+import { ChunkAdjoints, ChunkWork } from "./cpu/_chunk_work.ts";
+import { type Sequences, sequencesOf } from "./cpu/varlen.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Internal assertions: the public boundary (kda/_check.ts) has validated everything already

@@ -21,26 +21,27 @@ import {
   Tensor,
 } from "../tape/mod.ts";
 import { type DispatchOptions, SEAM_HOOKS } from "../seam/seam.ts";
-import type { Arm, DType, Float } from "./_types.ts";
-import { CONV_WIDTH, type KdaConfig, resolveConfig } from "./config.ts";
+import type { Arm, Float } from "./_types.ts";
+import { CONV_WIDTH, type KdaConfig, resolveConfig } from "./layer/config.ts";
+import { checkFloatArray } from "./op/_check.ts";
 import {
-  checkFloatArray,
   checkKnownKeys,
   checkObject,
   checkOptionalBoolean,
   checkPositiveInt,
   typeName,
-} from "./_check.ts";
-import { runKda } from "./arms.ts";
-import { initialDraw, PARAMETER_TABLE } from "./parameters.ts";
+} from "../base/check.ts";
+import { runKda } from "./op/arms.ts";
+import { initialDraw, PARAMETER_TABLE } from "./layer/parameters.ts";
 
 export {
   PARAMETER_TABLE,
   type ParameterInit,
   parameterNames,
   type ParameterSpec,
-} from "./parameters.ts";
-import { loadStateDict, type ShapedArray, type StateDict, stateDict } from "./state_dict.ts";
+} from "./layer/parameters.ts";
+import { loadStateDict, type ShapedArray, type StateDict, stateDict } from "./layer/state_dict.ts";
+import { type ComputeDType, computeDtypeOf } from "../base/dtype.ts";
 
 /** Options of {@linkcode KdaModule.forward} and {@linkcode KdaModule.vjp}. */
 export interface KdaModuleRunOptions {
@@ -87,7 +88,7 @@ export interface KdaModuleState<F extends Float = Float> {
 
 /** The last `n` rows of each batch entry of a [B, rows, width] array, zero-filled in front. */
 function lastRows(data: Float, B: number, rows: number, width: number, n: number): Float {
-  const out = alloc(data instanceof Float64Array ? "f64" : "f32", B * n * width);
+  const out = alloc(computeDtypeOf(data), B * n * width);
   for (let b = 0; b < B; b++) {
     for (let r = 0; r < n; r++) {
       const src = rows - n + r;
@@ -117,7 +118,7 @@ export class KdaModule {
   /** The resolved configuration. */
   readonly config: Readonly<KdaConfig>;
   /** The element type of the parameters and of every computation. */
-  readonly dtype: DType;
+  readonly dtype: ComputeDType;
   readonly #params: Map<string, Tensor>;
 
   /**
@@ -126,7 +127,7 @@ export class KdaModule {
    * @param config Fields to override in {@linkcode DEFAULT_CONFIG}.
    * @param options `dtype`: "f64" (default) or "f32".
    */
-  constructor(config: Partial<KdaConfig> = {}, options: { dtype?: DType } = {}) {
+  constructor(config: Partial<KdaConfig> = {}, options: { dtype?: ComputeDType } = {}) {
     this.config = resolveConfig(config);
     checkKnownKeys("options", checkObject("options", options), ["dtype"]);
     const dtype = options.dtype ?? "f64";
@@ -186,7 +187,7 @@ export class KdaModule {
   static fromStateDict(
     dict: Map<string, Float | ShapedArray> | Record<string, Float | ShapedArray>,
     config: Partial<KdaConfig> = {},
-    options: { dtype?: DType } = {},
+    options: { dtype?: ComputeDType } = {},
   ): KdaModule {
     const layer = new KdaModule(config, options);
     loadStateDict(layer, dict, { strict: true });

@@ -18,7 +18,7 @@
  *
  * @module
  */
-import { checkKnownKeys, checkObject, typeName } from "../kda/_check.ts";
+import { checkKnownKeys, checkObject, typeName } from "../base/check.ts";
 
 import type { Tensor } from "../tape/mod.ts";
 

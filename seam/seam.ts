@@ -5,14 +5,8 @@
 // decline with its reason. Every decision is made before any arm computes, so no fused forward
 // ever runs and is then discarded: the node's forward values are exactly what the caller receives.
 
-import {
-  customNode,
-  type Data,
-  type DType,
-  type MaybePromise,
-  tapeOf,
-  type Tensor,
-} from "../tape/mod.ts";
+import { customNode, type Data, type MaybePromise, tapeOf, type Tensor } from "../tape/mod.ts";
+import type { ComputeDType } from "../base/dtype.ts";
 
 /** How often each path of a seam was taken since its last reset. */
 export interface SeamCounts {
@@ -46,13 +40,15 @@ export interface SeamDecision {
 interface ArmBase<R> {
   /** The arm's name, as callers ask for it. */
   readonly name: string;
+  /** The element types the arm computes in, the most precise first (the seam refuses others). */
+  readonly dtypes: readonly ComputeDType[];
   /**
    * Why this arm cannot run the call, or null when it can.
    *
    * @param request The op's request (dimensions and settings).
    * @param dtype The element type of the inputs.
    */
-  whyNot(request: R, dtype: DType): MaybePromise<string | null>;
+  whyNot(request: R, dtype: ComputeDType): MaybePromise<string | null>;
 }
 
 /** An arm that computes the op as one custom tape node with its own backward. */
@@ -101,7 +97,7 @@ export interface SeamPolicy<R> {
    * The arm a call runs when neither the caller nor the environment names one, with the reason to
    * record when the rule itself is worth telling (e.g. a software adapter), else null.
    */
-  defaultArm(request: R, dtype: DType): MaybePromise<{ arm: string; note: string | null }>;
+  defaultArm(request: R, dtype: ComputeDType): MaybePromise<{ arm: string; note: string | null }>;
   /** The shapes of the outputs of a call. */
   outputShapes(request: R): number[][];
   /** Names of the environment variables the seam honours. */
@@ -178,6 +174,7 @@ function readEnv(name: string): { value: string | undefined; unreadable: boolean
  *   arms: [{
  *     name: "plain",
  *     kind: "composite",
+ *     dtypes: ["f64", "f32"],
  *     whyNot: () => null,
  *     record: (_r, [x]) => [scale(x!, 2)],
  *   }],
@@ -218,6 +215,24 @@ export class Seam<R> {
   /** The arms' names, fastest first. */
   get armNames(): string[] {
     return this.#policy.arms.map((a) => a.name);
+  }
+
+  /**
+   * The element types an arm computes in, the most precise first.
+   *
+   * @param name The arm's name.
+   * @returns Its dtypes.
+   */
+  armDtypes(name: string): readonly ComputeDType[] {
+    return this.#arm(this.#checkArmName("arm", name)).dtypes;
+  }
+
+  /** Why an arm cannot run a call: a dtype it does not take, else the arm's own reason. */
+  async #whyNot(arm: SeamArm<R>, request: R, dtype: ComputeDType): Promise<string | null> {
+    if (!arm.dtypes.includes(dtype)) {
+      return `the ${arm.name} arm runs ${arm.dtypes.join(" or ")} only: got an ${dtype} tape`;
+    }
+    return await arm.whyNot(request, dtype);
   }
 
   /**
@@ -282,7 +297,7 @@ export class Seam<R> {
   /** The arm a call runs, after the caller's wish, the environment and each arm's limits. */
   async #choose(
     request: R,
-    dtype: DType,
+    dtype: ComputeDType,
     options: DispatchOptions,
   ): Promise<{ wanted: string; ran: string; reasons: string[]; quiet: boolean }> {
     const { env } = this.#policy;
@@ -328,7 +343,7 @@ export class Seam<R> {
     // Fall back along the arms' order, recording each reason; the last arm must run.
     const order = this.armNames;
     for (;;) {
-      const reason = await this.#arm(arm).whyNot(request, dtype);
+      const reason = await this.#whyNot(this.#arm(arm), request, dtype);
       if (reason === null) break;
       reasons.push(reason);
       const next = order.indexOf(arm) + 1;
@@ -420,7 +435,7 @@ export class Seam<R> {
    */
   async runOnDevice<T>(
     request: R,
-    call: { arm: string; dtype: DType; backward: boolean; run: () => Promise<T> },
+    call: { arm: string; dtype: ComputeDType; backward: boolean; run: () => Promise<T> },
     options: DispatchOptions = {},
   ): Promise<T> {
     this.#counts.asked++;
@@ -445,7 +460,7 @@ export class Seam<R> {
         `${op}: ${env.require}=${required} requires the ${required} arm, but ${where}`,
       );
     }
-    const reason = await arm.whyNot(request, call.dtype);
+    const reason = await this.#whyNot(arm, request, call.dtype);
     if (reason !== null) {
       this.#counts.declined++;
       this.#record(arm.name, "none", reason);

@@ -1,7 +1,8 @@
 // Shape helpers shared by the op table: numpy broadcasting (right-aligned) and the [outer, n,
 // inner] view of a shape around one axis.
 
-import { alloc, type Data, sizeOf } from "./tensor.ts";
+import { alloc, computeDtypeOf } from "../base/dtype.ts";
+import { type Data, sizeOf } from "./tape.ts";
 
 /** A tensor's dimensions, row-major. */
 export type Shape = readonly number[];
@@ -120,7 +121,7 @@ export function forEachBroadcast(
  */
 export function sumToShape(g: Data, from: Shape, to: Shape): Data {
   if (sizeOf(from) === sizeOf(to)) return g;
-  const out = alloc(g instanceof Float64Array ? "f64" : "f32", sizeOf(to));
+  const out = alloc(computeDtypeOf(g), sizeOf(to));
   const st = broadcastStrides(to, from);
   forEachBroadcast(from, st, st, (i, it) => {
     out[it] += g[i];

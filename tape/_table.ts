@@ -12,8 +12,8 @@ import {
   sumToShape,
 } from "./_broadcast.ts";
 import type { Shape } from "./_broadcast.ts";
-import { tapeOf } from "./tape.ts";
-import { alloc, type Data, sizeOf, Tensor } from "./tensor.ts";
+import { alloc } from "../base/dtype.ts";
+import { type Data, sizeOf, tapeOf, Tensor } from "./tape.ts";
 
 /** What an op's forward returns: its values and shape. */
 export interface Value {
@@ -49,7 +49,7 @@ export interface OpDef<A> {
  * @example
  * ```ts
  * import { apply, OPS } from "./_table.ts";
- * import { Tensor } from "./tensor.ts";
+ * import { Tensor } from "./tape.ts";
  * const x = new Tensor(Float64Array.of(0, 1), [2]);
  * apply("exp", OPS.exp, [x], undefined).data; // Float64Array [1, e]
  * ```
@@ -218,7 +218,7 @@ function mmTN(a: Data, g: Data, out: Data, m: number, k: number, n: number): voi
  * @example
  * ```ts
  * import { apply, rowNorm } from "./_table.ts";
- * import { Tensor } from "./tensor.ts";
+ * import { Tensor } from "./tape.ts";
  * apply("l2norm", rowNorm(false, 0), [new Tensor(Float64Array.of(3, 4), [1, 2])], undefined);
  * ```
  */
@@ -553,7 +553,7 @@ export interface NodeDef {
  * @example
  * ```ts
  * import { unstackDef } from "./_table.ts";
- * import { Tensor } from "./tensor.ts";
+ * import { Tensor } from "./tape.ts";
  * unstackDef(new Tensor(Float64Array.of(1, 2, 3, 4), [2, 2]), 0).outputs.length; // 2
  * ```
  */

@@ -1,8 +1,9 @@
 // Forward mode on the tape: run a function of tensors on a fresh tape, then push tangents through
 // the recorded nodes in creation order (Tape.jvpFrom), each node applying its op's JVP rule.
 
-import { type MaybePromise, Tape } from "./tape.ts";
-import { alloc, type Data, describe, dtypeOf, Tensor } from "./tensor.ts";
+import { alloc, computeDtypeOf } from "../base/dtype.ts";
+import { typeName } from "../base/check.ts";
+import { type Data, type MaybePromise, Tape, Tensor } from "./tape.ts";
 
 /**
  * The Jacobian-vector product of `fn` at `primals` along `tangents`: the outputs of `fn` and their
@@ -34,7 +35,7 @@ export async function jvp(
   tangents: readonly Data[],
 ): Promise<{ outputs: Tensor[]; tangents: Data[] }> {
   if (typeof fn !== "function") {
-    throw new TypeError(`jvp() fn must be a function: got ${describe(fn)}`);
+    throw new TypeError(`jvp() fn must be a function: got ${typeName(fn)}`);
   }
   if (!Array.isArray(primals) || !Array.isArray(tangents)) {
     throw new TypeError("jvp() primals and tangents must be arrays: got something else");
@@ -46,11 +47,13 @@ export async function jvp(
   }
   primals.forEach((p, i) => {
     if (!(p instanceof Tensor)) {
-      throw new TypeError(`jvp() primals[${i}] must be a Tensor: got ${describe(p)}`);
+      throw new TypeError(`jvp() primals[${i}] must be a Tensor: got ${typeName(p)}`);
     }
-    if (dtypeOf(tangents[i]) !== primals[0].dtype) {
+    if (computeDtypeOf(tangents[i], `jvp() tangents[${i}]`) !== primals[0].dtype) {
       throw new TypeError(
-        `jvp() tangents[${i}] must have dtype ${primals[0].dtype}: got ${dtypeOf(tangents[i])}`,
+        `jvp() tangents[${i}] must have dtype ${primals[0].dtype}: got ${
+          computeDtypeOf(tangents[i], `jvp() tangents[${i}]`)
+        }`,
       );
     }
     if (tangents[i].length !== p.size) {

@@ -18,8 +18,17 @@
  * @module
  */
 
-export { alloc, type Data, type DType, dtypeOf, sizeOf, Tensor } from "./tensor.ts";
-export { type Gradients, type MaybePromise, Tape, type TapeNode, tapeOf } from "./tape.ts";
+export { alloc, type ComputeArray, type ComputeDType, type DType, dtypeOf } from "../base/dtype.ts";
+export {
+  type Data,
+  type Gradients,
+  type MaybePromise,
+  sizeOf,
+  Tape,
+  type TapeNode,
+  tapeOf,
+  Tensor,
+} from "./tape.ts";
 export { jvp } from "./jvp.ts";
 export {
   add,

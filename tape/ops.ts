@@ -1,8 +1,8 @@
 // The tape's public op functions: each checks its arguments, in the caller's words, and runs its
 // entry of the op table (_table.ts), where the forward, VJP and JVP live side by side.
 
-import { alloc, type Data, type DType, sizeOf, Tensor } from "./tensor.ts";
-import { type MaybePromise, type Tape, tapeOf } from "./tape.ts";
+import { alloc, type ComputeDType } from "../base/dtype.ts";
+import { type Data, type MaybePromise, sizeOf, type Tape, tapeOf, Tensor } from "./tape.ts";
 import { apply, OPS, rowNorm, unstackDef } from "./_table.ts";
 import type { Shape } from "./_broadcast.ts";
 
@@ -581,7 +581,7 @@ export function customNode(
  * ```
  */
 export function constant(
-  dtype: DType,
+  dtype: ComputeDType,
   values: ArrayLike<number>,
   shape?: readonly number[],
 ): Tensor {

@@ -1,7 +1,10 @@
 // The tape: a Wengert list of nodes in creation order. Walking it backwards is a valid order for
 // reverse mode (VJPs), walking it forwards one for forward mode (JVPs), without any graph search.
 
-import { alloc, type Data, describe, type DType, dtypeOf, Tensor } from "./tensor.ts";
+import { alloc, type ComputeArray, type ComputeDType, computeDtypeOf } from "../base/dtype.ts";
+
+/** The typed array behind a tensor. */
+export type Data = ComputeArray;
 
 /** A value or a promise of it: custom nodes (the GPU) may compute their VJP asynchronously. */
 export type MaybePromise<T> = T | Promise<T>;
@@ -45,7 +48,7 @@ export type Gradients = Map<Tensor, Data>;
  */
 export class Tape {
   /** The one element type every tensor on this tape has. */
-  readonly dtype: DType;
+  readonly dtype: ComputeDType;
   readonly #nodes: TapeNode[] = [];
   readonly #variables = new Set<Tensor>();
   #disposed = false;
@@ -55,7 +58,7 @@ export class Tape {
    *
    * @param dtype The element type of every tensor recorded on it.
    */
-  constructor(dtype: DType) {
+  constructor(dtype: ComputeDType) {
     if (dtype !== "f64" && dtype !== "f32") {
       throw new TypeError(`Tape dtype must be "f64" or "f32": got ${String(dtype)}`);
     }
@@ -241,13 +244,9 @@ export class Tape {
   }
 
   #checkDtype(data: Data, name: string): void {
-    if (!(data instanceof Float64Array || data instanceof Float32Array)) {
-      throw new TypeError(`${name} must be a Float64Array or Float32Array: got ${describe(data)}`);
-    }
-    if (dtypeOf(data) !== this.dtype) {
-      throw new TypeError(
-        `${name} must match the tape's dtype ${this.dtype}: got ${dtypeOf(data)}`,
-      );
+    const dtype = computeDtypeOf(data, name);
+    if (dtype !== this.dtype) {
+      throw new TypeError(`${name} must match the tape's dtype ${this.dtype}: got ${dtype}`);
     }
   }
 }
@@ -261,7 +260,7 @@ export class Tape {
  */
 export function tapeOf(inputs: readonly (Tensor | undefined)[]): Tape | undefined {
   let tape: Tape | undefined;
-  let dtype: DType | undefined;
+  let dtype: ComputeDType | undefined;
   for (const x of inputs) {
     if (x === undefined) continue;
     if (dtype === undefined) dtype = x.dtype;
@@ -275,4 +274,85 @@ export function tapeOf(inputs: readonly (Tensor | undefined)[]): Tape | undefine
     }
   }
   return tape;
+}
+
+/**
+ * The number of elements of a shape.
+ *
+ * @param shape Dimensions, row-major.
+ * @returns Their product (1 for a scalar shape `[]`).
+ *
+ * @example Usage
+ * ```ts
+ * import { sizeOf } from "@deltanet/kda/tape";
+ * sizeOf([2, 3]); // 6
+ * ```
+ */
+export function sizeOf(shape: readonly number[]): number {
+  let n = 1;
+  for (const d of shape) n *= d;
+  return n;
+}
+
+/**
+ * An n-dimensional array of f64 or f32 values, row-major. A tensor made by an op on a tape
+ * (or marked as a variable) requires a gradient; a plain tensor is a constant.
+ *
+ * @example Usage
+ * ```ts
+ * import { Tensor } from "@deltanet/kda/tape";
+ * const t = new Tensor(new Float64Array([1, 2, 3, 4]), [2, 2]);
+ * t.shape; // [2, 2]
+ * ```
+ */
+export class Tensor {
+  /** Dimensions, row-major. */
+  readonly shape: readonly number[];
+  /** The values, `size` of them. */
+  readonly data: Data;
+  /** The tape that records ops on this tensor, when it requires a gradient. */
+  readonly tape: Tape | undefined;
+
+  /**
+   * Makes a tensor over `data` (not copied).
+   *
+   * @param data The values, row-major.
+   * @param shape The dimensions; their product must equal `data.length`.
+   * @param tape The recording tape, for tensors that require a gradient (set by the tape).
+   */
+  constructor(data: Data, shape: readonly number[], tape?: Tape) {
+    computeDtypeOf(data, "Tensor data");
+    for (const d of shape) {
+      if (!Number.isInteger(d) || d < 0) {
+        throw new RangeError(
+          `Tensor shape must hold non-negative integers: got [${shape.join(", ")}]`,
+        );
+      }
+    }
+    if (sizeOf(shape) !== data.length) {
+      throw new RangeError(
+        `Tensor data length must equal the shape's size ${sizeOf(shape)} for shape [${
+          shape.join(", ")
+        }]: got ${data.length}`,
+      );
+    }
+    this.data = data;
+    this.shape = Object.freeze([...shape]);
+    this.tape = tape;
+  }
+
+  /** The element type. */
+  get dtype(): ComputeDType {
+    return computeDtypeOf(this.data);
+  }
+
+  /** The number of elements. */
+  get size(): number {
+    return this.data.length;
+  }
+
+  /** Whether gradients flow to this tensor (it was made on a tape). */
+  get requiresGrad(): boolean {
+    return this.tape !== undefined;
+  }
 }

@@ -3,9 +3,10 @@
 // write strengths from their extremes, every arm against its reference on the same bytes.
 
 import { kda, kdaVjp } from "../mod.ts";
-import type { Arm, ChunkSize, DType, Float, KdaCotangents, KdaProblem } from "../kda/_types.ts";
+import type { Arm, ChunkSize, Float, KdaCotangents, KdaProblem } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
 import { agreement, mulberry32, normal } from "./_fixtures.ts";
+import type { ComputeDType } from "../base/dtype.ts";
 
 /** Gates mixed per element, from zero to far below what any exponent can resolve. */
 export const EDGE_GATES: readonly number[] = [0, -1e-30, -5, -1e4, -1e20];
@@ -74,7 +75,7 @@ export function edgeCase(seed: number, index: number): EdgeCase {
   return { label, problem, cotangents, chunkSize };
 }
 
-function cast<P extends object>(x: P, dtype: DType): P {
+function cast<P extends object>(x: P, dtype: ComputeDType): P {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(x)) {
     out[key] = value instanceof Float64Array && dtype === "f32" ? Float32Array.from(value) : value;
@@ -83,7 +84,11 @@ function cast<P extends object>(x: P, dtype: DType): P {
 }
 
 /** Outputs and gradients of one arm on one case. */
-export async function runArm(c: EdgeCase, arm: Arm, dtype: DType): Promise<Map<string, Float>> {
+export async function runArm(
+  c: EdgeCase,
+  arm: Arm,
+  dtype: ComputeDType,
+): Promise<Map<string, Float>> {
   const problem = cast(c.problem, dtype) as KdaProblem;
   const cotangents = cast(c.cotangents, dtype) as KdaCotangents;
   const options = { arm, chunkSize: c.chunkSize, strict: true };

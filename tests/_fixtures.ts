@@ -1,12 +1,13 @@
 // Shared by the test files: seeded inputs, the one agreement check (on checks/compare.ts's metric)
 // and the layer's group lists. Nothing here is a reference implementation: tests/_bptt.ts is.
 
-import type { DType, Float, KdaCotangents, KdaDims, KdaProblem } from "../kda/_types.ts";
-import { mulberry32, normal } from "../kda/_random.ts";
+import type { Float, KdaCotangents, KdaDims, KdaProblem } from "../kda/_types.ts";
+import { mulberry32, normal } from "../kda/layer/_random.ts";
 import { agreement } from "../checks/compare.ts";
 import { PARAMETER_TABLE, parameterNames } from "../kda/module.ts";
+import type { ComputeDType } from "../base/dtype.ts";
 
-export { mulberry32, normal } from "../kda/_random.ts";
+export { mulberry32, normal } from "../kda/layer/_random.ts";
 export { agreement, sameBits as bitsEqual } from "../checks/compare.ts";
 
 /** Groups before the KDA op, and after it (their gradients do not pass through the op). */
@@ -31,7 +32,7 @@ export type KdaShape = KdaDims;
 export function randomKda(
   shape: KdaShape,
   seed: number,
-  options: { gateMin?: number; gateMax?: number; withH0?: boolean; dtype?: DType } = {},
+  options: { gateMin?: number; gateMax?: number; withH0?: boolean; dtype?: ComputeDType } = {},
 ): KdaProblem {
   const { B, T, H, K, V } = shape;
   const gateMin = options.gateMin ?? -1, gateMax = options.gateMax ?? 0;

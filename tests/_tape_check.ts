@@ -3,10 +3,10 @@
 
 import assert from "node:assert/strict";
 import * as tp from "../tape/mod.ts";
-import { mulberry32 } from "../kda/_random.ts";
+import { mulberry32 } from "../kda/layer/_random.ts";
 import { agreement } from "./_fixtures.ts";
 
-export { mulberry32 } from "../kda/_random.ts";
+export { mulberry32 } from "../kda/layer/_random.ts";
 
 /** Where an input's random values lie. */
 export type Domain = "real" | "wide" | "positive" | "awayFromZero";

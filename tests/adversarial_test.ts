@@ -15,7 +15,7 @@ import {
   seamDecisions,
 } from "../mod.ts";
 import { Tape, type Tensor } from "../tape/mod.ts";
-import { type KdaRequest, runKda } from "../kda/arms.ts";
+import { type KdaRequest, runKda } from "../kda/op/arms.ts";
 import type { Arm, KdaProblem } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
 import { gpuLiveBuffers } from "../kda/gpu/mod.ts";

@@ -14,7 +14,7 @@ import {
   randomKda,
   Worst,
 } from "./_fixtures.ts";
-import { recurrentKda } from "../kda/recurrent.ts";
+import { recurrentKda } from "../kda/cpu/recurrent.ts";
 import { Tape, type Tensor } from "../tape/mod.ts";
 
 const CHUNK_SIZES: ChunkSize[] = [16, 32, 64];

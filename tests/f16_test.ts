@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { type Float, kda, type KdaCotangents, type KdaInputs, kdaVjp } from "../mod.ts";
-import { kdaStep } from "../kda/step.ts";
+import { kdaStep } from "../kda/op/step.ts";
 import type { Arm, PublicFloat } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
 import { randomKda } from "./_fixtures.ts";

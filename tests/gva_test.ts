@@ -4,16 +4,17 @@
 
 import assert from "node:assert/strict";
 import { type Float, kda, type KdaCotangents, type KdaInputs, kdaVjp } from "../mod.ts";
-import type { Arm, DType } from "../kda/_types.ts";
+import type { Arm } from "../kda/_types.ts";
 import { bitsEqual, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+import type { ComputeDType } from "../base/dtype.ts";
 
 reportMissingGpu("gva_test");
 
 const K = 5, V = 4;
 
 /** Grouped inputs (q, k with H heads; the rest with HV), optionally packed, and cotangents. */
-function grouped(H: number, HV: number, seed: number, dtype: DType, cu?: Int32Array) {
+function grouped(H: number, HV: number, seed: number, dtype: ComputeDType, cu?: Int32Array) {
   const B = cu === undefined ? 2 : 1, T = cu === undefined ? 19 : cu[cu.length - 1];
   const N = cu === undefined ? B : cu.length - 1;
   const qk = randomKda({ B, T, H, K, V }, seed, { dtype });
@@ -86,7 +87,7 @@ function groupSum(d: Float, B: number, T: number, H: number, G: number): Float {
   return out;
 }
 
-async function checkArm(arm: Arm, dtype: DType, cu?: Int32Array) {
+async function checkArm(arm: Arm, dtype: ComputeDType, cu?: Int32Array) {
   for (const [H, HV] of [[2, 4], [1, 3], [2, 2]]) {
     const { inputs, ct } = grouped(H, HV, 10 * H + HV, dtype, cu);
     const label = `${arm} ${dtype} H${H} HV${HV}${cu ? " packed" : ""}`;

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { DEFAULT_CONFIG, type KdaConfig, KdaModule } from "../mod.ts";
 import { recurrentForward } from "./_bptt.ts";
-import { CONV_GROUPS, EXPECTED_GROUPS } from "../checks/prove.ts";
+import { CONV_GROUPS, EXPECTED_GROUPS } from "../checks/_proof_report.ts";
 import { agreement, bitsEqual, mulberry32, Worst } from "./_fixtures.ts";
 
 function randomNormal(n: number, seed: number, sd = 1): Float64Array {

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { CONV_GROUPS, EXPECTED_GROUPS, provenRun, runProof } from "../checks/prove.ts";
+import { provenRun, runProof } from "../checks/prove.ts";
+import { CONV_GROUPS, EXPECTED_GROUPS } from "../checks/_proof_report.ts";
 import { MUTANTS } from "../checks/mutants.ts";
 import { proveGradients } from "../checks/mod.ts";
 import { customNode, linear, mul, sigmoid, sum, Tensor } from "../tape/mod.ts";

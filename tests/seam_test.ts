@@ -5,7 +5,7 @@ import type { KdaModuleRunOptions } from "../mod.ts";
 const { kda, KdaModule, kdaVjp, resetSeamCounts, seamCounts, seamDecisions } = api;
 import { Tape, Tensor } from "../tape/mod.ts";
 import { chunkForward } from "../kda/chunk.ts";
-import { runKda } from "../kda/arms.ts";
+import { runKda } from "../kda/op/arms.ts";
 import { gpuLiveBuffers } from "../kda/gpu/mod.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 import { randomKda } from "./_fixtures.ts";

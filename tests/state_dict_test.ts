@@ -11,7 +11,7 @@ import {
   saveLayer,
   stateDict,
   TRITON_NAME_MAP,
-} from "../kda/state_dict.ts";
+} from "../kda/layer/state_dict.ts";
 import { readSafetensors, writeSafetensors } from "../io/mod.ts";
 
 const SMALL = { dModel: 8, heads: 2, keyDim: 4, valueDim: 3, decayRank: 2 };

@@ -4,17 +4,18 @@
 
 import assert from "node:assert/strict";
 import { type Float, kda, type KdaInputs, resetSeamCounts, seamCounts } from "../mod.ts";
-import { kdaStep, type KdaStepToken } from "../kda/step.ts";
-import type { Arm, DType } from "../kda/_types.ts";
+import { kdaStep, type KdaStepToken } from "../kda/op/step.ts";
+import type { Arm } from "../kda/_types.ts";
 import { randomKda, Worst } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+import type { ComputeDType } from "../base/dtype.ts";
 
 reportMissingGpu("step_test");
 
 const B = 2, T = 21, K = 8, V = 6;
 
 /** A whole sequence (q, k with H heads; v, g, beta, h0 with HV) in the layout of kda(). */
-function sequence(H: number, HV: number, seed: number, dtype: DType): KdaInputs {
+function sequence(H: number, HV: number, seed: number, dtype: ComputeDType): KdaInputs {
   const qk = randomKda({ B, T, H, K, V }, seed, { dtype });
   const rest = randomKda({ B, T, H: HV, K, V }, seed + 1, { gateMin: -2, withH0: true, dtype });
   return {
@@ -62,7 +63,7 @@ function tokenAt(x: KdaInputs, t: number): KdaStepToken {
 }
 
 /** Decodes the whole sequence token by token on one arm and compares with kda() on that arm. */
-async function checkDecode(arm: Arm, dtype: DType, tolO: number, tolState: number) {
+async function checkDecode(arm: Arm, dtype: ComputeDType, tolO: number, tolState: number) {
   const worst = new Worst();
   for (const [H, HV] of [[2, 2], [1, 2]]) {
     const x = sequence(H, HV, 40 + HV, dtype);

@@ -17,7 +17,7 @@ import {
   squareNode,
   UNARY,
 } from "./_tape_check.ts";
-import { recurrentKda } from "../kda/recurrent.ts";
+import { recurrentKda } from "../kda/cpu/recurrent.ts";
 import { chunkBackward, chunkForward } from "../kda/chunk.ts";
 import { agreement, randomKda } from "./_fixtures.ts";
 

@@ -5,17 +5,18 @@
 
 import assert from "node:assert/strict";
 import { type Float, kda, type KdaCotangents, type KdaInputs, kdaVjp } from "../mod.ts";
-import type { Arm, ChunkSize, DType } from "../kda/_types.ts";
+import type { Arm, ChunkSize } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
 import { bitsEqual, randomKda, Worst } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+import type { ComputeDType } from "../base/dtype.ts";
 
 reportMissingGpu("varlen_test");
 
 const H = 2, K = 6, V = 5;
 
 /** A packed batch of sequences of the given lengths, with h0 [N, H, K, V], and its cotangents. */
-function packed(lengths: number[], seed: number, dtype: DType = "f64") {
+function packed(lengths: number[], seed: number, dtype: ComputeDType = "f64") {
   const T = lengths.reduce((a, b) => a + b, 0);
   const N = lengths.length;
   const x = randomKda({ B: 1, T, H, K, V }, seed, { gateMin: -3, dtype });

@@ -5,7 +5,7 @@
 
 import { getContext, type GpuContext, GpuError } from "./device.ts";
 import { BufferSet, createBuffer, destroyBuffer, recycleBuffer, upload } from "./buffers.ts";
-import { typeName } from "../_check.ts";
+import { typeName } from "../../base/check.ts";
 
 let syncs = 0;
 

@@ -1,7 +1,7 @@
 // The cpu arm's decode step: the recurrence of docs/kda.md 2.1 for one token per sequence, on the
 // host in f64 (no chunk scratch: a chunk of one row is this recurrence, docs/kda.md 2.2 step 4).
 
-import type { Float, KdaProblem } from "./_types.ts";
+import type { Float, KdaProblem } from "../_types.ts";
 
 /**
  * One token of the recurrence (docs/kda.md 2.1) for every sequence and head, in f64:

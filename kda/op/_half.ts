@@ -2,7 +2,7 @@
 // Float16Array, the op accepts it, widens every array to Float32Array once, computes in f32 like
 // any f32 call, and rounds its results back to Float16Array once.
 
-import { typeName } from "./_check.ts";
+import { typeName } from "../../base/check.ts";
 
 /** Whether this runtime has Float16Array (Deno 2.9 does). */
 export const HALF_AVAILABLE: boolean = typeof Float16Array !== "undefined";

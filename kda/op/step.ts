@@ -1,9 +1,10 @@
 // The decode step: one token per sequence, the state in and out (docs/kda.md 2.7). The arguments
 // are checked once here; the seam picks the arm as for every other call (kda/arms.ts).
 
-import { Tensor } from "../tape/mod.ts";
-import type { Arm, Float, PublicFloat } from "./_types.ts";
-import { checkKdaStep, checkObject, checkStepOptions, typeName } from "./_check.ts";
+import { Tensor } from "../../tape/mod.ts";
+import type { Arm, Float, PublicFloat } from "../_types.ts";
+import { checkKdaStep, checkStepOptions } from "./_check.ts";
+import { checkObject, typeName } from "../../base/check.ts";
 import { isHalf, narrowHalf, widenHalf } from "./_half.ts";
 import { runKda } from "./arms.ts";
 

@@ -4,28 +4,19 @@
 
 import {
   type ChunkSize,
-  type DType,
   type Float,
   type KdaCotangents,
   type KdaProblem,
   MAX_HEAD_DIM,
-} from "./_types.ts";
-
-/** A short description of a value's type, for messages. */
-export function typeName(x: unknown): string {
-  if (x === null) return "null";
-  if (Array.isArray(x)) return "Array";
-  if (typeof x !== "object") return typeof x;
-  return (x as object).constructor?.name ?? "object";
-}
-
-/** Throws unless `value` is a positive integer; returns it typed. */
-export function checkPositiveInt(name: string, value: unknown): number {
-  if (typeof value !== "number" || !Number.isInteger(value) || value <= 0) {
-    throw new RangeError(`${name} must be a positive integer: got ${String(value)}`);
-  }
-  return value;
-}
+} from "../_types.ts";
+import { type ComputeDType, computeDtypeOf } from "../../base/dtype.ts";
+import {
+  checkKnownKeys,
+  checkObject,
+  checkOptionalBoolean,
+  checkPositiveInt,
+  typeName,
+} from "../../base/check.ts";
 
 /** Throws unless `value` is 16, 32 or 64; returns it typed. */
 export function checkChunkSize(name: string, value: unknown): ChunkSize {
@@ -33,52 +24,6 @@ export function checkChunkSize(name: string, value: unknown): ChunkSize {
     throw new RangeError(`${name} must be 16, 32 or 64: got ${String(value)}`);
   }
   return value;
-}
-
-/** Throws unless `value` is a boolean or undefined. */
-export function checkOptionalBoolean(name: string, value: unknown): boolean | undefined {
-  if (value !== undefined && typeof value !== "boolean") {
-    throw new TypeError(`${name} must be a boolean: got ${typeName(value)}`);
-  }
-  return value;
-}
-
-/** Throws unless `value` is a plain object (not null, not an array); returns it typed. */
-export function checkObject(name: string, value: unknown): Record<string, unknown> {
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new TypeError(`${name} must be an object: got ${typeName(value)}`);
-  }
-  return value as Record<string, unknown>;
-}
-
-function editDistance(a: string, b: string): number {
-  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let diagonal = row[0];
-    row[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const above = row[j];
-      const same = a[i - 1].toLowerCase() === b[j - 1].toLowerCase();
-      row[j] = Math.min(row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1));
-      diagonal = above;
-    }
-  }
-  return row[b.length];
-}
-
-/**
- * Throws a TypeError for the first own key of `value` not in `known`, naming the nearest known key:
- * a typo such as `chunksize` must not silently run with a default.
- */
-export function checkKnownKeys(name: string, value: object, known: readonly string[]): void {
-  for (const key of Object.keys(value)) {
-    if (known.includes(key)) continue;
-    const nearest = [...known].sort((a, b) => editDistance(key, a) - editDistance(key, b))[0];
-    throw new TypeError(
-      `${name}.${key} is not a known field: expected one of ${known.join(", ")} ` +
-        `(did you mean ${nearest}?)`,
-    );
-  }
 }
 
 /**
@@ -89,7 +34,7 @@ export function checkFloatArray(
   name: string,
   x: unknown,
   length: number,
-  dtype: DType,
+  dtype: ComputeDType,
   shapeText: string,
 ): asserts x is Float {
   const want = dtype === "f64" ? Float64Array : Float32Array;
@@ -104,16 +49,6 @@ export function checkFloatArray(
       throw new RangeError(`${name} must be finite: got ${x[i]} at index ${i}`);
     }
   }
-}
-
-/** The dtype of a typed array, or a TypeError naming the argument. */
-export function dtypeOfArray(name: string, x: unknown): DType {
-  if (x instanceof Float64Array) return "f64";
-  if (x instanceof Float32Array) return "f32";
-  const types = typeof Float16Array === "undefined"
-    ? "Float64Array or Float32Array"
-    : "Float64Array, Float32Array or Float16Array";
-  throw new TypeError(`${name} must be a ${types}: got ${typeName(x)}`);
 }
 
 const INPUT_KEYS = [
@@ -203,7 +138,7 @@ function checkHeads(
  * @param inputs What the caller passed.
  * @returns The problem the arms see (scale resolved) and its dtype.
  */
-export function checkKdaInputs(inputs: unknown): { problem: KdaProblem; dtype: DType } {
+export function checkKdaInputs(inputs: unknown): { problem: KdaProblem; dtype: ComputeDType } {
   const x = checkObject("inputs", inputs);
   checkKnownKeys("inputs", x, INPUT_KEYS);
   const B = checkPositiveInt("inputs.B", x.B);
@@ -212,7 +147,7 @@ export function checkKdaInputs(inputs: unknown): { problem: KdaProblem; dtype: D
   const cuSeqlens = x.cuSeqlens === undefined ? undefined : checkCuSeqlens(x.cuSeqlens, B, T);
   const N = cuSeqlens === undefined ? B : cuSeqlens.length - 1;
   const hv = x.HV === undefined ? "H" : "HV", n = cuSeqlens === undefined ? "B" : "N";
-  const dtype = dtypeOfArray("inputs.q", x.q);
+  const dtype = computeDtypeOf(x.q, "inputs.q");
   checkFloatArray("inputs.q", x.q, B * T * H * K, dtype, "[B, T, H, K]");
   checkFloatArray("inputs.k", x.k, B * T * H * K, dtype, "[B, T, H, K]");
   checkFloatArray("inputs.v", x.v, B * T * HV * V, dtype, `[B, T, ${hv}, V]`);
@@ -261,7 +196,7 @@ export function checkKdaInputs(inputs: unknown): { problem: KdaProblem; dtype: D
 export function checkKdaCotangents(
   cotangents: unknown,
   problem: KdaProblem,
-  dtype: DType,
+  dtype: ComputeDType,
 ): KdaCotangents {
   const c = checkObject("cotangents", cotangents);
   checkKnownKeys("cotangents", c, ["dout", "dht"]);
@@ -334,13 +269,13 @@ const TOKEN_KEYS = ["B", "H", "K", "V", "HV", "q", "k", "v", "g", "beta", "scale
 export function checkKdaStep(
   state: unknown,
   token: unknown,
-): { problem: KdaProblem; dtype: DType } {
+): { problem: KdaProblem; dtype: ComputeDType } {
   const x = checkObject("token", token);
   checkKnownKeys("token", x, TOKEN_KEYS);
   const B = checkPositiveInt("token.B", x.B);
   const { H, K, V, HV } = checkHeads("token", x);
   const hv = x.HV === undefined ? "H" : "HV";
-  const dtype = dtypeOfArray("token.q", x.q);
+  const dtype = computeDtypeOf(x.q, "token.q");
   checkFloatArray("token.q", x.q, B * H * K, dtype, "[B, H, K]");
   checkFloatArray("token.k", x.k, B * H * K, dtype, "[B, H, K]");
   checkFloatArray("token.v", x.v, B * HV * V, dtype, `[B, ${hv}, V]`);

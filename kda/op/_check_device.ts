@@ -3,10 +3,10 @@
 // sizes and usage. The elements are not read (that would be the host sync these calls exist to
 // avoid), so, unlike typed arrays, non-finite values or positive gates are not refused here.
 
-import type { GpuTensor } from "./gpu/tensor.ts";
-import { DeviceTensor, isGpuTensor } from "./gpu/tensor.ts";
-import type { KdaCotangents, KdaDims, KdaProblem } from "./_types.ts";
-import { checkKnownKeys, checkObject, checkPositiveInt, typeName } from "./_check.ts";
+import type { GpuTensor } from "../gpu/tensor.ts";
+import { DeviceTensor, isGpuTensor } from "../gpu/tensor.ts";
+import type { KdaCotangents, KdaDims, KdaProblem } from "../_types.ts";
+import { checkKnownKeys, checkObject, checkPositiveInt, typeName } from "../../base/check.ts";
 
 const ARRAY_KEYS = ["q", "k", "v", "g", "beta", "h0"] as const;
 

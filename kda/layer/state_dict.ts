@@ -2,11 +2,11 @@
 // PARAMETER_TABLE), its safetensors checkpoint, and the name mapping from flash-linear-attention's
 // `KimiDeltaAttention`.
 
-import { readSafetensors, writeSafetensors } from "../io/safetensors.ts";
-import type { DType } from "./_types.ts";
+import { readSafetensors, writeSafetensors } from "../../io/safetensors.ts";
 import type { KdaConfig } from "./config.ts";
-import { KdaModule } from "./module.ts";
-import { typeName } from "./_check.ts";
+import { KdaModule } from "../module.ts";
+import { typeName } from "../../base/check.ts";
+import type { ComputeDType } from "../../base/dtype.ts";
 
 /** A state dict: one flat row-major array per parameter group, by group name. */
 export type StateDict = Map<string, Float64Array | Float32Array>;
@@ -248,7 +248,7 @@ export function loadLayer(bytes: Uint8Array): KdaModule {
   if (dtype !== "f64" && dtype !== "f32") {
     throw new RangeError(`metadata.dtype must be "f64" or "f32": got ${String(dtype)}`);
   }
-  const layer = new KdaModule(config as Partial<KdaConfig>, { dtype: dtype as DType });
+  const layer = new KdaModule(config as Partial<KdaConfig>, { dtype: dtype as ComputeDType });
   const dict = new Map<string, ShapedArray>();
   for (const [name, t] of tensors) {
     if (t.data instanceof Int32Array) {

@@ -3,12 +3,12 @@
 // There is no tape here: a call on device tensors is one fused forward, or one fused forward and
 // backward, with its outputs or gradients handed back as DeviceTensors.
 
-import type { ChunkSize, KdaGrads, KdaOutputs, KdaProblem } from "./_types.ts";
+import type { ChunkSize, KdaGrads, KdaOutputs, KdaProblem } from "../_types.ts";
 import { checkKdaInputs, checkKdaOptions } from "./_check.ts";
 import { checkDeviceCotangents, checkDeviceInputs, checkDeviceLayout } from "./_check_device.ts";
 import { DEFAULT_CHUNK_SIZES, kdaSeam } from "./arms.ts";
-import { gpuForwardOnDevice, gpuVjpOnDevice } from "./gpu/resident.ts";
-import { type DeviceTensor, type GpuTensor, toGpu } from "./gpu/tensor.ts";
+import { gpuForwardOnDevice, gpuVjpOnDevice } from "../gpu/resident.ts";
+import { type DeviceTensor, type GpuTensor, toGpu } from "../gpu/tensor.ts";
 import type { KdaInputs } from "./op.ts";
 
 /** Runs a checked call on the gpu arm through the seam, which counts it (and any decline). */

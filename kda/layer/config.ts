@@ -1,7 +1,8 @@
 // The layer's configuration, its defaults and its validation.
 
-import type { ChunkSize } from "./_types.ts";
-import { checkChunkSize, checkKnownKeys, checkObject, checkPositiveInt } from "./_check.ts";
+import type { ChunkSize } from "../_types.ts";
+import { checkChunkSize } from "../op/_check.ts";
+import { checkKnownKeys, checkObject, checkPositiveInt } from "../../base/check.ts";
 
 /** Configuration of a {@linkcode KdaModule} layer (docs/kda.md 2.4). */
 export interface KdaConfig {

@@ -1,7 +1,7 @@
 // Packed variable-length batches (docs/kda.md 2.6): the sequence table every arm walks, and the gpu
 // arm's host-side padding of a packed batch into a regular [N, Tmax] one and back.
 
-import type { Float, KdaProblem } from "./_types.ts";
+import type { Float, KdaProblem } from "../_types.ts";
 
 /**
  * The sequences of one call on the flattened [B·T] token axis: sequence i covers tokens

@@ -9,32 +9,32 @@ import {
   concat,
   constant,
   type Data,
-  type DType,
   mul,
   reshape,
   slice,
   type Tensor,
-} from "../tape/mod.ts";
+} from "../../tape/mod.ts";
 import {
   type CompositeArm,
   type DispatchOptions,
   type FusedArm,
   Seam,
   type SeamPolicy,
-} from "../seam/seam.ts";
-import type { Arm, ChunkSize, Float, KdaDims, KdaLayout, KdaProblem } from "./_types.ts";
+} from "../../seam/seam.ts";
+import type { Arm, ChunkSize, Float, KdaDims, KdaLayout, KdaProblem } from "../_types.ts";
 import { headDimProblem } from "./_check.ts";
-import { recurrentKda } from "./recurrent.ts";
-import { chunkBackward, chunkForward } from "./chunk.ts";
+import { recurrentKda } from "../cpu/recurrent.ts";
+import { chunkBackward, chunkForward } from "../chunk.ts";
 import {
   gpuBackward,
   gpuForward,
   type GpuSaved,
   gpuStatus,
   gpuUnsupportedReason,
-} from "./gpu/mod.ts";
-import { longestSequence, padProblem, padRows, unpadRows } from "./varlen.ts";
-import { stepForward } from "./_step_math.ts";
+} from "../gpu/mod.ts";
+import { longestSequence, padProblem, padRows, unpadRows } from "../cpu/varlen.ts";
+import { stepForward } from "../cpu/_step_math.ts";
+import { type ComputeDType, computeDtypeOf } from "../../base/dtype.ts";
 
 /**
  * What the seam is told about one KDA call. `HV` (value heads, default H) and `cuSeqlens` (a
@@ -60,9 +60,6 @@ export const DEFAULT_CHUNK_SIZES: Readonly<{ cpu: ChunkSize; gpu: ChunkSize }> =
   cpu: 16,
   gpu: 64,
 });
-
-/** The op's inputs in the order the arms take them. */
-export type KdaInputList<A> = [A, A, A, A, A, A | undefined];
 
 function problemOf(request: KdaRequest, inputs: readonly (Data | undefined)[]): KdaProblem {
   const [q, k, v, g, beta, h0] = inputs as (Float | undefined)[];
@@ -100,6 +97,7 @@ function gradList(
 const opsArm: CompositeArm<KdaRequest> = {
   name: "ops",
   kind: "composite",
+  dtypes: ["f64", "f32"],
   whyNot: () => null,
   record(request, [q, k, v, g, beta, h0]) {
     const cu = request.cuSeqlens;
@@ -145,6 +143,7 @@ interface CpuSaved {
 const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
   name: "cpu",
   kind: "fused",
+  dtypes: ["f64", "f32"],
   whyNot: (request) => headDimProblem(request.K, request.V, "cpu"),
   forward(request, inputs, save) {
     const problem = problemOf(request, inputs);
@@ -160,16 +159,12 @@ const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
   backward({ problem, states, chunkSize }, [dout, dht]) {
     const { B, T, H, V } = problem;
     const grads = chunkBackward(problem, states, {
-      dout: (dout ?? alloc(dtypeOf(problem.q), B * T * H * V)) as Float,
+      dout: (dout ?? alloc(computeDtypeOf(problem.q), B * T * H * V)) as Float,
       ...(dht ? { dht: dht as Float } : {}),
     }, { chunkSize });
     return gradList(grads, problem.h0 !== undefined);
   },
 };
-
-function dtypeOf(a: Float): DType {
-  return a instanceof Float64Array ? "f64" : "f32";
-}
 
 /** Whether an adapter is a software (CPU) implementation, where the gpu arm is slow. */
 export function isSoftwareAdapter(info: { description: string; software?: boolean }): boolean {
@@ -194,10 +189,10 @@ function gpuDims(request: KdaRequest): KdaRequest {
 const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
   name: "gpu",
   kind: "fused",
-  async whyNot(request, dtype) {
+  dtypes: ["f32"],
+  async whyNot(request) {
     const dims = headDimProblem(request.K, request.V, "gpu");
     if (dims !== null) return dims;
-    if (dtype !== "f32") return "the gpu arm runs f32 only: got an f64 tape";
     const status = await gpuStatus();
     if (!status.available) return `the gpu arm is unavailable: ${status.reason}`;
     const { cuSeqlens: _, ...dimsOnGpu } = gpuDims(request);
@@ -280,6 +275,22 @@ const policy: SeamPolicy<KdaRequest> = {
 export const kdaSeam: Seam<KdaRequest> = new Seam(policy);
 
 /**
+ * The precision an arm computes in when it is proven or compared: the most precise it takes.
+ *
+ * @param arm The arm.
+ * @returns "f64" for the cpu and ops arms, "f32" for the gpu arm.
+ *
+ * @example Usage
+ * ```ts
+ * import { armPrecision } from "./arms.ts";
+ * armPrecision("gpu"); // "f32"
+ * ```
+ */
+export function armPrecision(arm: Arm): ComputeDType {
+  return kdaSeam.armDtypes(arm)[0];
+}
+
+/**
  * Repeats each of H heads G times along the head axis of a [B, T, H, K] tensor, as a broadcasting
  * product with ones: head j of the result is head floor(j / G) (docs/kda.md 2.5). The tape's VJP
  * of the product sums the gradient of each group, in one fixed order.
@@ -303,7 +314,7 @@ function repeatHeads(x: Tensor, G: number): Tensor {
  * @example Usage
  * ```ts
  * import { runKda } from "./arms.ts";
- * import { Tensor } from "../tape/mod.ts";
+ * import { Tensor } from "../../tape/mod.ts";
  * const t = (n: number, v: number, shape: number[]) =>
  *   new Tensor(new Float64Array(n).fill(v), shape);
  * const { o } = await runKda(

@@ -2,8 +2,8 @@
 // once here, then the seam runs whichever arm the options, the environment and the arms' limits
 // pick (kda/arms.ts).
 
-import { alloc, Tape, Tensor } from "../tape/mod.ts";
-import type { SeamCounts, SeamDecision } from "../seam/seam.ts";
+import { alloc, Tape, Tensor } from "../../tape/mod.ts";
+import type { SeamCounts, SeamDecision } from "../../seam/seam.ts";
 import type {
   Arm,
   ChunkSize,
@@ -16,13 +16,14 @@ import type {
   KdaOutputs,
   KdaProblem,
   PublicFloat,
-} from "./_types.ts";
-import { checkKdaCotangents, checkKdaInputs, checkKdaOptions, checkObject } from "./_check.ts";
+} from "../_types.ts";
+import { checkKdaCotangents, checkKdaInputs, checkKdaOptions } from "./_check.ts";
+import { checkObject } from "../../base/check.ts";
 import { isHalf, narrowHalf, widenHalf } from "./_half.ts";
 import { DEFAULT_CHUNK_SIZES, type KdaRequest, kdaSeam, runKda } from "./arms.ts";
 import { onDevice } from "./_check_device.ts";
 import { kdaOnDevice, kdaVjpOnDevice } from "./_on_device.ts";
-import type { DeviceTensor, GpuTensor } from "./gpu/tensor.ts";
+import type { DeviceTensor, GpuTensor } from "../gpu/tensor.ts";
 
 export { DEFAULT_CHUNK_SIZES };
 

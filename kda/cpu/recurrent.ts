@@ -14,8 +14,8 @@ import {
   sum,
   type Tensor,
   unstack,
-} from "../tape/mod.ts";
-import type { KdaDims } from "./_types.ts";
+} from "../../tape/mod.ts";
+import type { KdaDims } from "../_types.ts";
 
 /** The op's inputs as tape tensors, in the layouts of docs/kda.md 2.1. */
 export interface KdaTensors {

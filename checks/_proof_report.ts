@@ -1,0 +1,92 @@
+// What a proof of the KDA layer reports, and the groups it expects: the shared vocabulary of the
+// proof (prove.ts), its diagnosis (diagnose.ts), its printout (report.ts) and its mutants.
+
+import { PARAMETER_TABLE } from "../kda/layer/parameters.ts";
+import type { Arm } from "../kda/_types.ts";
+import type { KdaConfig } from "../kda/layer/config.ts";
+import type { ComputeDType } from "../base/dtype.ts";
+import type { SeamCounts, SeamHooks } from "../seam/seam.ts";
+import type { Agreement } from "./compare.ts";
+import type { DirectionalRow, FdRow } from "./gradients.ts";
+import type { OpCheck } from "./op_check.ts";
+
+/** The groups the layer must have, spelled out from docs/kda.md 2.4 rather than read from it. */
+export const EXPECTED_GROUPS: readonly string[] = [
+  "q_proj.weight",
+  "k_proj.weight",
+  "v_proj.weight",
+  "decay.w_down.weight",
+  "decay.w_up.weight",
+  "decay.b_alpha",
+  "decay.a_log",
+  "beta_proj.weight",
+  "o_norm_w",
+  "o_gate.weight",
+  "o_proj.weight",
+];
+
+/** The three more groups of the short-conv layer. */
+export const CONV_GROUPS: readonly string[] = ["q_conv_w", "k_conv_w", "v_conv_w"];
+
+/** Groups after the KDA op: the falsification must leave these green. */
+export const DOWNSTREAM_GROUPS: readonly string[] = PARAMETER_TABLE.filter((p) => p.afterOp).map((
+  p,
+) => p.name);
+
+/** A planted defect: seam hooks, or the op's outputs detached, in the arm under test's runs. */
+export interface PlantedDefect {
+  /** Seam hooks for the runs of the arm under test. */
+  hooks?: SeamHooks;
+  /** Detach the op's outputs in those runs. */
+  detach?: boolean;
+}
+
+/** One parameter group's row. */
+export interface GroupRow {
+  name: string;
+  shape: readonly number[];
+  /** `max|grad|` of the arm under test (0: the group got no gradient). */
+  gradMax: number;
+  /** Central differences of the exact f64 layer on the fd arm. */
+  fd: FdRow | null;
+  /** Central differences of the arm's own forward in its precision (f32 arms only). */
+  fd32: FdRow | null;
+  /** ⟨∇L, u⟩ of the arm under test against J·u by forward mode on the f64 ops arm. */
+  directional: DirectionalRow | null;
+  /** Agreement with the reference arm on the same bytes. */
+  reference: Agreement;
+  referenceOk: boolean;
+  ok: boolean;
+}
+
+/** Everything a proof measured. */
+export interface ProofReport {
+  arm: Arm;
+  referenceArm: Arm;
+  fdArm: Arm;
+  dtype: ComputeDType;
+  config: Readonly<KdaConfig>;
+  dims: [number, number];
+  groups: { missing: string[]; extra: string[] };
+  loss: number;
+  lossScale: number;
+  rows: GroupRow[];
+  forward: { rel: number; tol: number; ok: boolean };
+  gradTol: number;
+  directionalTol: number;
+  op: OpCheck;
+  falsification: { red: string[]; expectedRed: string[]; ok: boolean; note: string };
+  reproducible: {
+    ok: boolean;
+    runs: number;
+    mismatched: { name: string; maxDiff: number }[];
+    otherProcess: "identical" | "differs" | "not run";
+  };
+  seam: SeamCounts;
+  seamExpected: string;
+  seamOk: boolean;
+  declines: string[];
+  timings: Record<string, number>;
+  diagnosis: string | null;
+  ok: boolean;
+}
