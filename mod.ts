@@ -95,6 +95,6 @@ export {
   releaseTensors,
   toGpu,
 } from "./kda/gpu/tensor.ts";
-export { toGpuInputs } from "./kda/op/_on_device.ts";
+export { toGpuInputs } from "./kda/op/device_inputs.ts";
 export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
 export { type Tensor } from "./tape/mod.ts";

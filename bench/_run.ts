@@ -1,15 +1,45 @@
-// What the gpu benchmarks share: a forward job and the backward job on what it saved, with every
-// GPU resource freed on every path, so that a failing run does not leak buffers into the next.
+// What the gpu benchmarks share: a kernel set's forward job and the backward job on what it saved,
+// on inputs uploaded once, with every GPU resource freed on every path, so that a failing run
+// does not leak buffers into the next.
 
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
 import { getContext } from "../kda/gpu/device.ts";
-import { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
+import { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
+import type { KernelSet } from "../kda/gpu/kernel_set.ts";
+import { type DeviceTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 
 /**
- * Builds a forward job on the inputs (saving for the backward) and runs `onForward` with it, then
- * builds the backward job on what the forward saved and runs `onBackward` with both jobs. The
- * backward job, the saved state and the forward job are freed afterwards, also when a step throws.
+ * Uploads a problem's arrays as DeviceTensors (release them with releaseTensors).
  *
+ * @param x The problem, f32.
+ * @returns The same problem on the device.
+ */
+export async function uploadProblem(
+  x: KdaProblem<Float32Array>,
+): Promise<KdaProblem<DeviceTensor>> {
+  const { B, T, H, K, V, h0: _, ...dims } = x;
+  return {
+    ...dims,
+    B,
+    T,
+    H,
+    K,
+    V,
+    q: await toGpu(x.q, [B, T, H, K]),
+    k: await toGpu(x.k, [B, T, H, K]),
+    v: await toGpu(x.v, [B, T, H, V]),
+    g: await toGpu(x.g, [B, T, H, K]),
+    beta: await toGpu(x.beta, [B, T, H]),
+    ...(x.h0 !== undefined ? { h0: await toGpu(x.h0, [B, H, K, V]) } : {}),
+  };
+}
+
+/**
+ * Builds a set's forward job on the inputs (saving for the backward) and runs `onForward` with
+ * it, then builds the backward job on what the forward saved and runs `onBackward` with both
+ * jobs. Everything is freed afterwards, also when a step throws.
+ *
+ * @param set The kernel set.
  * @param x The inputs, f32.
  * @param dout The cotangent of the output.
  * @param chunkSize The chunk size.
@@ -23,15 +53,17 @@ import { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
  * import { withGpuJobs } from "./_run.ts";
  *
  * const [fwd, bwd] = await withGpuJobs(
+ *   set,
  *   x,
  *   dout,
  *   64,
- *   async (fjob) => (await fjob.run(true)).stageNs,
- *   async (bjob) => (await bjob.run(true)).stageNs,
+ *   async (fjob) => (await fjob.run({ timing: true })).stageNs,
+ *   async (bjob) => (await bjob.run({ timing: true })).stageNs,
  * );
  * ```
  */
 export async function withGpuJobs<F, R>(
+  set: KernelSet,
   x: KdaProblem<Float32Array>,
   dout: Float32Array,
   chunkSize: ChunkSize,
@@ -39,21 +71,27 @@ export async function withGpuJobs<F, R>(
   onBackward: (bjob: BackwardJob, fjob: ForwardJob) => Promise<R>,
 ): Promise<[F, R]> {
   const ctx = await getContext();
-  const fjob = await ForwardJob.create(ctx, x, { chunkSize, saveForBackward: true });
+  const device = await uploadProblem(x);
+  const cot = await toGpu(dout, [x.B, x.T, x.H, x.V]);
   try {
-    const forward = await onForward(fjob);
-    const saved = fjob.takeSaved();
+    const fjob = await ForwardJob.create(ctx, set, device, { chunkSize, saveForBackward: true });
     try {
-      const bjob = await BackwardJob.create(saved, dout, undefined, false);
+      const forward = await onForward(fjob);
+      const saved = fjob.takeSaved();
       try {
-        return [forward, await onBackward(bjob, fjob)];
+        const bjob = await BackwardJob.create(saved, { dout: cot });
+        try {
+          return [forward, await onBackward(bjob, fjob)];
+        } finally {
+          bjob.destroy();
+        }
       } finally {
-        bjob.destroy();
+        saved.release();
       }
     } finally {
-      saved.release();
+      fjob.destroy();
     }
   } finally {
-    fjob.destroy();
+    releaseTensors(device, cot);
   }
 }

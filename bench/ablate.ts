@@ -1,37 +1,24 @@
-// A profile by subtraction: times the gpu arm's stages with one marked section of kda/chunk.wgsl
+// A profile by subtraction: times a kernel set's stages with one marked section of its WGSL
 // removed at a time ("// ABLATE name {" ... "// ABLATE name }"), so that the drop in a stage's
 // kernel time is that section's cost. The numbers a removed section leaves behind are wrong; only
 // the times mean anything. Needs timestamp queries.
 //
 // Run: deno run --allow-env --allow-read --allow-write bench/ablate.ts [B T H K C] [--runs=N]
-//   [--sections=bA,bE] (only these sections; default all)
+//   [--kernels=fused] (the set; default fused) [--sections=bA,bE] (only these sections; default all)
 //   (each stage runs N times back to back in one submit; the median per stage is kept)
 //   (default 4 4096 16 128 64); KDA_BENCH_OUT names a JSON file to write.
 
 import type { ChunkSize } from "../kda/_types.ts";
-import { destroyDeviceForTests, testFaults } from "../kda/gpu/device.ts";
-import { BACKWARD_STAGES, FORWARD_STAGES } from "../kda/gpu/layout.ts";
+import { destroyDeviceForTests } from "../kda/gpu/device.ts";
+import { gpuDebug } from "../kda/gpu/_debug.ts";
+import { type KernelSet, kernelSet } from "../kda/gpu/kernel_set.ts";
+import "../kda/gpu/kernels/mod.ts";
 import { withGpuJobs } from "./_run.ts";
 
-const SECTIONS = [
-  "cumsum",
-  "lp",
-  "factors1",
-  "subst",
-  "wu",
-  "u",
-  "factors2",
-  "bA",
-  "bKg",
-  "bPM",
-  "bdV",
-  "bdT",
-  "bKb",
-  "bC",
-  "bD",
-  "bE",
-  "bF",
-];
+/** The marked sections of a set's stages, as its declaration lists them. */
+function sectionsOf(set: KernelSet): string[] {
+  return [...set.forward.stages, ...(set.backward?.stages ?? [])].flatMap((s) => s.sections ?? []);
+}
 
 /**
  * Removes the lines of one marked section from the shader text.
@@ -66,6 +53,7 @@ function problem(dims: { B: number; T: number; H: number; K: number; V: number }
 }
 
 async function timeOnce(
+  set: KernelSet,
   { x, dout }: ReturnType<typeof problem>,
   C: ChunkSize,
   runs: number,
@@ -73,18 +61,25 @@ async function timeOnce(
   // the first runs only fill what the backward reads (nothing is read back: a 1 GB readback
   // takes seconds); then the steady state: the stages `runs` times back to back in one submit, median per stage; run
   // twice, keep the last
-  const steady = { repeat: runs, readData: false };
-  const once = { repeat: 1, readData: false };
-  const [, last] = await withGpuJobs(x, dout, C, (fjob) => fjob.run(once), async (bjob, fjob) => {
-    await bjob.run(once);
-    let ms: number[] = [];
-    for (let i = 0; i < 2; i++) {
-      const f = (await fjob.run(steady)).stageNs ?? [];
-      const b = (await bjob.run(steady)).stageNs ?? [];
-      ms = [...f, ...b].map((ns) => ns / 1e6);
-    }
-    return ms;
-  });
+  const steady = { timing: { repeat: runs, readData: false } };
+  const once = { timing: { repeat: 1, readData: false } };
+  const [, last] = await withGpuJobs(
+    set,
+    x,
+    dout,
+    C,
+    (fjob) => fjob.run(once),
+    async (bjob, fjob) => {
+      await bjob.run(once);
+      let ms: number[] = [];
+      for (let i = 0; i < 2; i++) {
+        const f = (await fjob.run(steady)).stageNs ?? [];
+        const b = (await bjob.run(steady)).stageNs ?? [];
+        ms = [...f, ...b].map((ns) => ns / 1e6);
+      }
+      return ms;
+    },
+  );
   return last;
 }
 
@@ -95,19 +90,26 @@ async function main(): Promise<void> {
   const runs = runsArg ? Number(runsArg.slice(7)) : 8;
   const dims = { B, T, H, K, V: K };
   const timed = problem(dims);
+  const set = kernelSet(
+    Deno.args.find((a) => a.startsWith("--kernels="))?.slice(10) ?? "fused",
+    "--kernels",
+  );
+  const SECTIONS = sectionsOf(set);
   const only = Deno.args.find((a) => a.startsWith("--sections="))?.slice(11).split(",");
   for (const name of only ?? []) {
     if (!SECTIONS.includes(name)) {
       throw new RangeError(`--sections must name sections of ${SECTIONS.join(", ")}: got ${name}`);
     }
   }
-  const stages = [...FORWARD_STAGES, ...BACKWARD_STAGES];
+  const stages = [...set.forward.stages, ...(set.backward?.stages ?? [])].map((s) => s.entry);
   const rows: Record<string, unknown>[] = [];
   let full: number[] = [];
   for (const section of ["(none)", ...(only ?? SECTIONS)]) {
-    testFaults.shaderTransform = section === "(none)" ? null : (code) => ablate(code, section);
+    gpuDebug.shaderTransform = section === "(none)"
+      ? null
+      : (code, name) => name === set.name ? ablate(code, section) : code;
     destroyDeviceForTests();
-    const ms = await timeOnce(timed, C as ChunkSize, runs);
+    const ms = await timeOnce(set, timed, C as ChunkSize, runs);
     if (section === "(none)") full = ms;
     const saved = ms.map((m, i) => full[i] - m);
     rows.push({ section, ms, savedMs: saved });
@@ -119,10 +121,11 @@ async function main(): Promise<void> {
       }`,
     );
   }
-  testFaults.shaderTransform = null;
+  gpuDebug.shaderTransform = null;
   const out = Deno.env.get("KDA_BENCH_OUT");
   if (out !== undefined) {
-    await Deno.writeTextFile(out, JSON.stringify({ B, T, H, K, C, stages, rows }, null, 2) + "\n");
+    const doc = { B, T, H, K, C, kernels: set.name, stages, rows };
+    await Deno.writeTextFile(out, JSON.stringify(doc, null, 2) + "\n");
   }
 }
 

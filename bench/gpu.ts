@@ -12,17 +12,25 @@
 // Run: deno run --allow-env --allow-read --allow-write bench/gpu.ts [--quick] [--runs=N]
 //   --quick   a small subset with few runs (for the software adapter: minutes, not hours)
 //   --groups=issue,sweep,chunk   only these groups of shapes
-//   --pool=BYTES   keep up to BYTES of buffers between calls (gpuPool; default off)
+//   --kernels=a,b   the kernel sets to time side by side (default: every registered set)
+//   --pool=BYTES   the buffer pool's bound (gpuPool; default: the package's default)
 
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
-import { gpuBackward, gpuForward, gpuStatus, gpuUnsupportedReason } from "../kda/gpu/mod.ts";
-import type { BackwardJob, ForwardJob } from "../kda/gpu/calls.ts";
+import {
+  gpuBackward,
+  gpuForward,
+  gpuStatus,
+  gpuUnsupportedReason,
+  kernelSet,
+  kernelSetNames,
+} from "../kda/gpu/mod.ts";
+import type { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
+import type { KernelSet } from "../kda/gpu/kernel_set.ts";
 import { withGpuJobs } from "./_run.ts";
 import { kda, kdaVjp } from "../kda/op/op.ts";
 import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
-import { gpuPool } from "../kda/gpu/buffers.ts";
-import { toGpuInputs } from "../kda/op/_on_device.ts";
-import { BACKWARD_STAGES, FORWARD_STAGES } from "../kda/gpu/layout.ts";
+import { gpuCreatedBytes, gpuPool } from "../kda/gpu/buffers.ts";
+import { toGpuInputs } from "../kda/op/device_inputs.ts";
 
 /** One benchmarked problem. */
 export interface BenchShape {
@@ -196,18 +204,22 @@ async function timeRuns(
   return { wallMs: median(walls), stageMs, totalMinMs, runs: walls.length };
 }
 
-/** Host wall of kda and kdaVjp on GpuTensors, each with the one read a step needs. */
+/**
+ * Host wall of kda and kdaVjp on GpuTensors, each with the one read a step needs, and the bytes of
+ * buffers one kdaVjp creates in the steady state (after the first steps filled the pool).
+ */
 async function onDeviceWall(
   s: BenchShape,
+  kernels: string,
   x: KdaProblem<Float32Array>,
   dout: Float32Array,
   runs: number,
   budgetMs: number,
-): Promise<{ forward: number; forwardBackward: number }> {
+): Promise<{ forward: number; forwardBackward: number; createdBytesPerVjp: number }> {
   const { B, T, H, V } = s;
   const inputs = await toGpuInputs(x);
   const cotangent = await toGpu(dout, [B, T, H, V]);
-  const options = { arm: "gpu", strict: true, chunkSize: s.C } as const;
+  const options = { arm: "gpu", strict: true, chunkSize: s.C, kernels } as const;
   try {
     const forward = await timeRuns(runs, budgetMs, async () => {
       const { o, ht } = await kda(inputs, options);
@@ -222,7 +234,12 @@ async function onDeviceWall(
       releaseTensors(grads);
       return undefined;
     });
-    return { forward: forward.wallMs, forwardBackward: both.wallMs };
+    const before = gpuCreatedBytes();
+    const grads = await kdaVjp(inputs, { dout: cotangent }, options);
+    const createdBytesPerVjp = gpuCreatedBytes() - before;
+    await grads.dbeta.read();
+    releaseTensors(grads);
+    return { forward: forward.wallMs, forwardBackward: both.wallMs, createdBytesPerVjp };
   } finally {
     releaseTensors(inputs, cotangent);
   }
@@ -233,6 +250,121 @@ function slug(text: string): string {
 }
 
 const fmt = (ms: number | null | undefined) => ms == null ? "—" : ms.toFixed(ms < 10 ? 3 : 1);
+
+/** Times one shape with one kernel set; returns its results row. */
+async function benchShape(
+  s: BenchShape,
+  set: KernelSet,
+  runs: number,
+  budgetMs: number,
+): Promise<Record<string, unknown>> {
+  const { B, T, H, K, V, C } = s;
+  const kernels = set.name;
+  const label = `(${B}, ${T}, ${H}, ${K}) C=${C} ${kernels}`;
+  const reason = gpuUnsupportedReason(s, C, kernels);
+  if (reason !== null) {
+    console.log(`${label}: skipped (${reason})`);
+    return { ...s, kernels, skipped: reason };
+  }
+  const FORWARD_STAGES = set.forward.stages.map((st) => st.entry);
+  const BACKWARD_STAGES = set.backward?.stages.map((st) => st.entry) ?? [];
+  try {
+    const x = randomInputs(s, 1);
+    const dout = new Float32Array(B * T * H * V).fill(0.01);
+    // end to end from typed arrays
+    const e2eFwd = await timeRuns(runs, budgetMs, async () => {
+      await gpuForward(x, { chunkSize: C, kernels });
+      return undefined;
+    });
+    const e2eBoth = await timeRuns(runs, budgetMs, async () => {
+      const { saved } = await gpuForward(x, { chunkSize: C, kernels, saveForBackward: true });
+      await gpuBackward(saved!, { dout });
+      saved!.release();
+      return undefined;
+    });
+    // inputs resident: one submit + one readback per run, stages timed on the GPU; then the
+    // steady-state kernel time: the stages REPEAT times back to back in one submit (no
+    // readback between, so the GPU's clocks settle), median per stage; run twice, keep the last
+    const steady = { timing: { repeat: REPEAT, readData: false } };
+    const time = async (job: ForwardJob | BackwardJob) => {
+      const timed = await timeRuns(
+        runs,
+        budgetMs,
+        async () => (await job.run({ timing: true })).stageNs,
+      );
+      let last: number[] | undefined;
+      for (let i = 0; i < 2; i++) last = (await job.run(steady)).stageNs;
+      return [timed, last] as const;
+    };
+    const [[fwd, fwdSteady], [bwd, bwdSteady]] = await withGpuJobs(set, x, dout, C, time, time);
+    const device = await onDeviceWall(s, kernels, x, dout, runs, budgetMs);
+    const sum = (xs: number[] | null | undefined) => xs ? xs.reduce((a, b) => a + b, 0) : null;
+    const steadyMs = [...(fwdSteady ?? []), ...(bwdSteady ?? [])].map((ns) => ns / 1e6);
+    const kFwd = fwdSteady ? sum(fwdSteady)! / 1e6 : null;
+    const kBwd = bwdSteady ? sum(bwdSteady)! / 1e6 : null;
+    const flops = { forward: forwardFlops(s), backward: backwardFlops(s) };
+    const bytes = mustMoveBytes(s);
+    const tflops = (f: number, ms: number | null) => ms === null ? null : f / (ms * 1e-3) / 1e12;
+    const gbps = (b: number, ms: number | null) => ms === null ? null : b / (ms * 1e-3) / 1e9;
+    const r = {
+      ...s,
+      kernels,
+      kernelMs: {
+        forward: kFwd,
+        backward: kBwd,
+        total: kFwd !== null && kBwd !== null ? kFwd + kBwd : null,
+        repeat: REPEAT,
+        stages: Object.fromEntries(
+          [...FORWARD_STAGES, ...BACKWARD_STAGES].map((st, i) => [st, steadyMs[i] ?? null]),
+        ),
+      },
+      // the same stages timed in single submits with a readback between (clocks may drop)
+      singleSubmitKernelMs: {
+        forward: sum(fwd.stageMs),
+        backward: sum(bwd.stageMs),
+        forwardMin: fwd.totalMinMs,
+        backwardMin: bwd.totalMinMs,
+      },
+      residentMs: { forward: fwd.wallMs, backward: bwd.wallMs },
+      // kda / kdaVjp on GpuTensors, each followed by the one host sync a step pays (reading
+      // ht, or dbeta): the host wall of a chained training step
+      deviceMs: device,
+      endToEndMs: { forward: e2eFwd.wallMs, forwardBackward: e2eBoth.wallMs },
+      runs: { e2e: e2eFwd.runs, resident: fwd.runs },
+      flops,
+      tflops: {
+        forward: tflops(flops.forward, kFwd),
+        forwardBackward: tflops(
+          flops.forward + flops.backward,
+          kFwd !== null && kBwd !== null ? kFwd + kBwd : null,
+        ),
+      },
+      bytes,
+      gbps: { forward: gbps(bytes.forward, kFwd), backward: gbps(bytes.backward, kBwd) },
+    };
+    const st = r.kernelMs.stages as Record<string, number | null>;
+    console.log(
+      `${label}: kernel fwd ${fmt(kFwd)} ms [${
+        FORWARD_STAGES.map((n) => `${n} ${fmt(st[n])}`).join(", ")
+      }], bwd ${fmt(kBwd)} ms [${BACKWARD_STAGES.map((n) => `${n} ${fmt(st[n])}`).join(", ")}]`,
+    );
+    console.log(
+      `    resident wall fwd ${fmt(fwd.wallMs)} / bwd ${fmt(bwd.wallMs)} ms; GpuTensor step fwd ` +
+        `${fmt(device.forward)} / fwd+bwd ${fmt(device.forwardBackward)} ms; end to end fwd ` +
+        `${fmt(e2eFwd.wallMs)} / fwd+bwd ${fmt(e2eBoth.wallMs)} ms; ` +
+        `${r.tflops.forward?.toPrecision(3) ?? "—"} TFLOP/s fwd, ` +
+        `${r.tflops.forwardBackward?.toPrecision(3) ?? "—"} fwd+bwd; ` +
+        `${r.gbps.forward?.toPrecision(3) ?? "—"} GB/s fwd (kernel time vs must-move bytes); ` +
+        `single-submit kernel fwd ${fmt(r.singleSubmitKernelMs.forward)} / bwd ` +
+        `${fmt(r.singleSubmitKernelMs.backward)} ms`,
+    );
+    return r;
+  } catch (error) {
+    const why = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    console.log(`${label}: failed (${why})`);
+    return { ...s, kernels, failed: why };
+  }
+}
 
 /** Runs the benchmark; returns the results object written to JSON. */
 async function main(): Promise<void> {
@@ -251,113 +383,18 @@ async function main(): Promise<void> {
       `timestamps ${info.timestamps})${quick ? ", quick subset" : ""}`,
   );
   const poolArg = Deno.args.find((a) => a.startsWith("--pool="));
-  const poolBytes = poolArg === undefined ? 0 : Number(poolArg.slice(7));
-  gpuPool({ maxBytes: poolBytes });
+  if (poolArg !== undefined) gpuPool({ maxBytes: Number(poolArg.slice(7)) });
+  const poolBytes = gpuPool().maxBytes;
   const groupsArg = Deno.args.find((a) => a.startsWith("--groups="));
   const groups = groupsArg ? groupsArg.slice(9).split(",") : null;
+  const kernelsArg = Deno.args.find((a) => a.startsWith("--kernels="));
+  const sets: KernelSet[] = (kernelsArg ? kernelsArg.slice(10).split(",") : kernelSetNames())
+    .map((name) => kernelSet(name, "--kernels"));
   const shapes = (quick ? QUICK : FULL).filter((s) => groups === null || groups.includes(s.group));
   const results: Record<string, unknown>[] = [];
   for (const s of shapes) {
-    const { B, T, H, K, V, C } = s;
-    const label = `(${B}, ${T}, ${H}, ${K}) C=${C}`;
-    const reason = gpuUnsupportedReason(s, C);
-    if (reason !== null) {
-      console.log(`${label}: skipped (${reason})`);
-      results.push({ ...s, skipped: reason });
-      continue;
-    }
-    try {
-      const x = randomInputs(s, 1);
-      const dout = new Float32Array(B * T * H * V).fill(0.01);
-      // end to end from typed arrays
-      const e2eFwd = await timeRuns(runs, budgetMs, async () => {
-        await gpuForward(x, { chunkSize: C });
-        return undefined;
-      });
-      const e2eBoth = await timeRuns(runs, budgetMs, async () => {
-        const { saved } = await gpuForward(x, { chunkSize: C, saveForBackward: true });
-        await gpuBackward(saved!, { dout });
-        saved!.release();
-        return undefined;
-      });
-      // inputs resident: one submit + one readback per run, stages timed on the GPU; then the
-      // steady-state kernel time: the stages REPEAT times back to back in one submit (no
-      // readback between, so the GPU's clocks settle), median per stage; run twice, keep the last
-      const steady = { repeat: REPEAT, readData: false };
-      const time = async (job: ForwardJob | BackwardJob) => {
-        const timed = await timeRuns(runs, budgetMs, async () => (await job.run(true)).stageNs);
-        let last: number[] | undefined;
-        for (let i = 0; i < 2; i++) last = (await job.run(steady)).stageNs;
-        return [timed, last] as const;
-      };
-      const [[fwd, fwdSteady], [bwd, bwdSteady]] = await withGpuJobs(x, dout, C, time, time);
-      const device = await onDeviceWall(s, x, dout, runs, budgetMs);
-      const sum = (xs: number[] | null | undefined) => xs ? xs.reduce((a, b) => a + b, 0) : null;
-      const steadyMs = [...(fwdSteady ?? []), ...(bwdSteady ?? [])].map((ns) => ns / 1e6);
-      const kFwd = fwdSteady ? sum(fwdSteady)! / 1e6 : null;
-      const kBwd = bwdSteady ? sum(bwdSteady)! / 1e6 : null;
-      const flops = { forward: forwardFlops(s), backward: backwardFlops(s) };
-      const bytes = mustMoveBytes(s);
-      const tflops = (f: number, ms: number | null) => ms === null ? null : f / (ms * 1e-3) / 1e12;
-      const gbps = (b: number, ms: number | null) => ms === null ? null : b / (ms * 1e-3) / 1e9;
-      const r = {
-        ...s,
-        kernelMs: {
-          forward: kFwd,
-          backward: kBwd,
-          total: kFwd !== null && kBwd !== null ? kFwd + kBwd : null,
-          repeat: REPEAT,
-          stages: Object.fromEntries(
-            [...FORWARD_STAGES, ...BACKWARD_STAGES].map((st, i) => [st, steadyMs[i] ?? null]),
-          ),
-        },
-        // the same stages timed in single submits with a readback between (clocks may drop)
-        singleSubmitKernelMs: {
-          forward: sum(fwd.stageMs),
-          backward: sum(bwd.stageMs),
-          forwardMin: fwd.totalMinMs,
-          backwardMin: bwd.totalMinMs,
-        },
-        residentMs: { forward: fwd.wallMs, backward: bwd.wallMs },
-        // kda / kdaVjp on GpuTensors, each followed by the one host sync a step pays (reading
-        // ht, or dbeta): the host wall of a chained training step
-        deviceMs: device,
-        endToEndMs: { forward: e2eFwd.wallMs, forwardBackward: e2eBoth.wallMs },
-        runs: { e2e: e2eFwd.runs, resident: fwd.runs },
-        flops,
-        tflops: {
-          forward: tflops(flops.forward, kFwd),
-          forwardBackward: tflops(
-            flops.forward + flops.backward,
-            kFwd !== null && kBwd !== null ? kFwd + kBwd : null,
-          ),
-        },
-        bytes,
-        gbps: { forward: gbps(bytes.forward, kFwd), backward: gbps(bytes.backward, kBwd) },
-      };
-      results.push(r);
-      const st = r.kernelMs.stages as Record<string, number | null>;
-      console.log(
-        `${label}: kernel fwd ${fmt(kFwd)} ms [${
-          FORWARD_STAGES.map((n) => `${n} ${fmt(st[n])}`).join(", ")
-        }], bwd ${fmt(kBwd)} ms [${BACKWARD_STAGES.map((n) => `${n} ${fmt(st[n])}`).join(", ")}]`,
-      );
-      console.log(
-        `    resident wall fwd ${fmt(fwd.wallMs)} / bwd ${
-          fmt(bwd.wallMs)
-        } ms; GpuTensor step fwd ` +
-          `${fmt(device.forward)} / fwd+bwd ${fmt(device.forwardBackward)} ms; end to end fwd ` +
-          `${fmt(e2eFwd.wallMs)} / fwd+bwd ${fmt(e2eBoth.wallMs)} ms; ` +
-          `${r.tflops.forward?.toPrecision(3) ?? "—"} TFLOP/s fwd, ` +
-          `${r.tflops.forwardBackward?.toPrecision(3) ?? "—"} fwd+bwd; ` +
-          `${r.gbps.forward?.toPrecision(3) ?? "—"} GB/s fwd (kernel time vs must-move bytes); ` +
-          `single-submit kernel fwd ${fmt(r.singleSubmitKernelMs.forward)} / bwd ` +
-          `${fmt(r.singleSubmitKernelMs.backward)} ms`,
-      );
-    } catch (error) {
-      const why = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-      console.log(`${label}: failed (${why})`);
-      results.push({ ...s, failed: why });
+    for (const set of sets) {
+      results.push(await benchShape(s, set, runs, budgetMs));
     }
   }
   const date = new Date().toISOString().slice(0, 10);

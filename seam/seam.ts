@@ -22,6 +22,11 @@ export interface SeamCounts {
   opsPath: number;
   /** Entries into a custom node's backward. */
   customNodeBwd: number;
+  /**
+   * Forwards run per arm variant, as "arm:variant" (an arm that has variants, e.g. the gpu arm's
+   * kernel sets, names the one that ran).
+   */
+  variants: Record<string, number>;
 }
 
 /** A call that did not run as wanted, ran detached, or whose arm was chosen by a default rule. */
@@ -34,6 +39,8 @@ export interface SeamDecision {
   reason: string;
   /** 1-based position of this decision among all recorded since the last reset. */
   index: number;
+  /** The variant of the arm that ran (e.g. the gpu arm's kernel set), where the arm has variants. */
+  variant?: string;
 }
 
 /** What every arm says before it runs: a reason it cannot run this call, or null. */
@@ -47,8 +54,20 @@ interface ArmBase<R> {
    *
    * @param request The op's request (dimensions and settings).
    * @param dtype The element type of the inputs.
+   * @param call Whether a backward will follow the forward.
    */
-  whyNot(request: R, dtype: ComputeDType): MaybePromise<string | null>;
+  whyNot(
+    request: R,
+    dtype: ComputeDType,
+    call: { backward: boolean },
+  ): MaybePromise<string | null>;
+  /**
+   * Which variant of the arm runs a call it can run (e.g. a kernel set), and the note worth
+   * recording when a rule rather than the caller chose it; absent for an arm of one variant.
+   *
+   * @param request The op's request.
+   */
+  variant?(request: R): { name: string; note: string | null };
 }
 
 /** An arm that computes the op as one custom tape node with its own backward. */
@@ -194,6 +213,7 @@ export class Seam<R> {
     declined: 0,
     opsPath: 0,
     customNodeBwd: 0,
+    variants: {},
   };
   readonly #decisions: SeamDecision[] = [];
   #recorded = 0;
@@ -228,11 +248,26 @@ export class Seam<R> {
   }
 
   /** Why an arm cannot run a call: a dtype it does not take, else the arm's own reason. */
-  async #whyNot(arm: SeamArm<R>, request: R, dtype: ComputeDType): Promise<string | null> {
+  async #whyNot(
+    arm: SeamArm<R>,
+    request: R,
+    dtype: ComputeDType,
+    backward: boolean,
+  ): Promise<string | null> {
     if (!arm.dtypes.includes(dtype)) {
       return `the ${arm.name} arm runs ${arm.dtypes.join(" or ")} only: got an ${dtype} tape`;
     }
-    return await arm.whyNot(request, dtype);
+    return await arm.whyNot(request, dtype, { backward });
+  }
+
+  /** Counts a forward of an arm, under its variant when it has one (recording a rule's note). */
+  #countVariant(arm: SeamArm<R>, request: R, wanted: string): string | undefined {
+    const v = arm.variant?.(request);
+    if (v === undefined) return undefined;
+    const key = `${arm.name}:${v.name}`;
+    this.#counts.variants[key] = (this.#counts.variants[key] ?? 0) + 1;
+    if (v.note !== null) this.#record(wanted, arm.name, v.note, v.name);
+    return v.name;
   }
 
   /**
@@ -241,7 +276,7 @@ export class Seam<R> {
    * @returns The counts since the last reset.
    */
   counts(): SeamCounts {
-    return { ...this.#counts };
+    return { ...this.#counts, variants: { ...this.#counts.variants } };
   }
 
   /**
@@ -255,14 +290,23 @@ export class Seam<R> {
 
   /** Zeroes the counters and forgets the decisions (the once-per-process warnings stay given). */
   reset(): void {
-    for (const key of Object.keys(this.#counts) as (keyof SeamCounts)[]) this.#counts[key] = 0;
+    for (const key of Object.keys(this.#counts) as (keyof SeamCounts)[]) {
+      if (key !== "variants") this.#counts[key] = 0;
+    }
+    this.#counts.variants = {};
     this.#decisions.length = 0;
     this.#recorded = 0;
   }
 
-  #record(wanted: string, ran: string, reason: string): void {
+  #record(wanted: string, ran: string, reason: string, variant?: string): void {
     this.#recorded++;
-    this.#decisions.push({ wanted, ran, reason, index: this.#recorded });
+    this.#decisions.push({
+      wanted,
+      ran,
+      reason,
+      index: this.#recorded,
+      ...(variant !== undefined ? { variant } : {}),
+    });
     if (this.#decisions.length > DECISION_LOG_SIZE) this.#decisions.shift();
   }
 
@@ -294,13 +338,20 @@ export class Seam<R> {
     return value;
   }
 
-  /** The arm a call runs, after the caller's wish, the environment and each arm's limits. */
+  /**
+   * The arm a call runs, after the caller's wish, the environment and each arm's limits. A call
+   * whose data is `pinned` to one arm's device runs there or nowhere: a binding wish for another
+   * arm is refused, a forcing one recorded as not honoured, and a reason that arm cannot run the
+   * call is a counted, recorded decline that is thrown.
+   */
   async #choose(
     request: R,
     dtype: ComputeDType,
     options: DispatchOptions,
+    backward: boolean,
+    pinned?: string,
   ): Promise<{ wanted: string; ran: string; reasons: string[]; quiet: boolean }> {
-    const { env } = this.#policy;
+    const { env, op } = this.#policy;
     const explicit = options.arm === undefined
       ? undefined
       : this.#checkArmName("options.arm", options.arm);
@@ -311,6 +362,32 @@ export class Seam<R> {
     const forced = force.value === undefined
       ? undefined
       : this.#checkArmName(env.force, force.value);
+    if (pinned !== undefined) {
+      const where = `the data lives on the ${pinned} arm's device`;
+      if (explicit !== undefined && explicit !== pinned) {
+        throw new RangeError(`options.arm must be ${pinned} when ${where}: got ${explicit}`);
+      }
+      if (required !== undefined && required !== pinned) {
+        throw new Error(
+          `${op}: ${env.require}=${required} requires the ${required} arm, but ${where}`,
+        );
+      }
+      const reason = await this.#whyNot(this.#arm(pinned), request, dtype, backward);
+      if (reason !== null) {
+        this.#counts.declined++;
+        this.#record(pinned, "none", reason);
+        throw new Error(`${op}: ${where}, but that arm cannot run this call: ${reason}`);
+      }
+      const reasons = forced !== undefined && forced !== pinned
+        ? [`${env.force}=${forced} is not honoured: ${where}`]
+        : [];
+      return {
+        wanted: pinned,
+        ran: pinned,
+        reasons,
+        quiet: options.quiet ?? quietEnv.value === "1",
+      };
+    }
     if (options.strict !== undefined && typeof options.strict !== "boolean") {
       throw new TypeError(`options.strict must be a boolean: got ${typeof options.strict}`);
     }
@@ -343,7 +420,7 @@ export class Seam<R> {
     // Fall back along the arms' order, recording each reason; the last arm must run.
     const order = this.armNames;
     for (;;) {
-      const reason = await this.#whyNot(this.#arm(arm), request, dtype);
+      const reason = await this.#whyNot(this.#arm(arm), request, dtype, backward);
       if (reason === null) break;
       reasons.push(reason);
       const next = order.indexOf(arm) + 1;
@@ -381,7 +458,12 @@ export class Seam<R> {
     const first = inputs.find((t) => t !== undefined);
     if (first === undefined) throw new RangeError("inputs must hold a tensor: got none");
     const dtype = first.dtype;
-    const { wanted, ran, reasons, quiet } = await this.#choose(request, dtype, options);
+    const { wanted, ran, reasons, quiet } = await this.#choose(
+      request,
+      dtype,
+      options,
+      tapeOf(inputs) !== undefined,
+    );
     if (ran !== wanted) {
       this.#counts.declined++;
       const reason = reasons.join("; ");
@@ -408,6 +490,7 @@ export class Seam<R> {
 
     if (arm.kind === "composite") {
       this.#counts.opsPath++;
+      this.#countVariant(arm, request, wanted);
       return { outputs: arm.record(request, inputs), arm: ran };
     }
     if (hooks.mislabel === true) {
@@ -416,7 +499,7 @@ export class Seam<R> {
       this.#counts.fusedFwd++;
       return { outputs: composite.record(request, inputs), arm: ran };
     }
-    return await this.#runFused(arm, inputs, request, detach, hooks);
+    return await this.#runFused(arm, inputs, request, detach, hooks, wanted);
   }
 
   /**
@@ -439,43 +522,24 @@ export class Seam<R> {
     options: DispatchOptions = {},
   ): Promise<T> {
     this.#counts.asked++;
-    const { env, op } = this.#policy;
     const arm = this.#arm(this.#checkArmName("call.arm", call.arm));
     if (arm.kind !== "fused") {
       throw new TypeError(`call.arm must be a fused arm: got the composite arm ${arm.name}`);
     }
-    const where = `the data lives on the ${arm.name} arm's device`;
-    if (options.arm !== undefined) {
-      const asked = this.#checkArmName("options.arm", options.arm);
-      if (asked !== arm.name) {
-        throw new RangeError(`options.arm must be ${arm.name} when ${where}: got ${asked}`);
-      }
-    }
-    const require = readEnv(env.require), force = readEnv(env.force);
-    const required = require.value === undefined
-      ? undefined
-      : this.#checkArmName(env.require, require.value);
-    if (required !== undefined && required !== arm.name) {
-      throw new Error(
-        `${op}: ${env.require}=${required} requires the ${required} arm, but ${where}`,
-      );
-    }
-    const reason = await this.#whyNot(arm, request, call.dtype);
-    if (reason !== null) {
-      this.#counts.declined++;
-      this.#record(arm.name, "none", reason);
-      throw new Error(`${op}: ${where}, but that arm cannot run this call: ${reason}`);
-    }
-    const forced = force.value === undefined
-      ? undefined
-      : this.#checkArmName(env.force, force.value);
-    if (forced !== undefined && forced !== arm.name) {
-      const note = `${env.force}=${forced} is not honoured: ${where}`;
+    const { reasons, quiet } = await this.#choose(
+      request,
+      call.dtype,
+      options,
+      call.backward,
+      arm.name,
+    );
+    for (const note of reasons) {
       this.#record(arm.name, arm.name, note);
-      this.#warn(options.quiet ?? readEnv(env.quiet).value === "1", arm.name, arm.name, note);
+      this.#warn(quiet, arm.name, arm.name, note);
     }
     const result = await call.run();
     this.#counts.fusedFwd++;
+    this.#countVariant(arm, request, arm.name);
     if (call.backward) this.#counts.fusedBwd++;
     return result;
   }
@@ -486,10 +550,12 @@ export class Seam<R> {
     request: R,
     detach: boolean,
     hooks: SeamHooks,
+    wanted: string,
   ): Promise<{ outputs: Tensor[]; arm: string }> {
     const needsGrad = !detach && tapeOf(inputs) !== undefined;
     const { outputs, saved } = await arm.forward(request, inputs.map((t) => t?.data), needsGrad);
     this.#counts.fusedFwd++;
+    this.#countVariant(arm, request, wanted);
     let released = false;
     const release = () => {
       if (released || saved === undefined) return;

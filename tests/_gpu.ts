@@ -2,6 +2,7 @@
 // ignored, unless KDA_REQUIRE_GPU=1 (as CI sets it), which makes it fail instead of skipping.
 
 import { gpuStatus } from "../kda/gpu/mod.ts";
+import { gpuDebug } from "../kda/gpu/_debug.ts";
 
 /** The adapter, or why there is none, read once per test file. */
 export const status: Awaited<ReturnType<typeof gpuStatus>> = await gpuStatus();
@@ -55,4 +56,21 @@ export async function runChild(
     stdout: text.decode(out.stdout),
     stderr: text.decode(out.stderr),
   };
+}
+
+let prefillDepth = 0;
+
+/**
+ * Runs `fn` with every buffer the gpu arm makes prefilled with NaN, so that a missing write cannot
+ * pass as a zero; calls may overlap (the switch stays on until the last one ends).
+ */
+export async function withNaNPrefill<T>(fn: () => Promise<T>): Promise<T> {
+  prefillDepth++;
+  gpuDebug.prefillNaN = true;
+  try {
+    return await fn();
+  } finally {
+    prefillDepth--;
+    gpuDebug.prefillNaN = prefillDepth > 0;
+  }
 }

@@ -211,10 +211,14 @@ gpuTest(
       ],
       [{ ...device, g: small }, /^inputs\.g\.buffer must hold at least 128 bytes: got 16$/],
       [{ ...device, q: noCopy }, /^inputs\.q\.buffer must have COPY_SRC usage/],
-      [{ ...device, HV: 2 }, /^inputs\.HV must equal inputs\.H = 1 with GpuTensor inputs/],
+      // grouped value heads and packed batches run on GpuTensors: their shapes are checked
       [
-        { ...device, cuSeqlens: new Int32Array([0, 8]) },
-        /^inputs\.cuSeqlens must be absent with GpuTensor inputs/,
+        { ...device, HV: 2 },
+        /^inputs\.v\.shape must be \[B, T, HV, V\] = \[1, 8, 2, 4\]: got \[1, 8, 1, 4\]$/,
+      ],
+      [
+        { ...device, cuSeqlens: new Int32Array([0, 3]) },
+        /^inputs\.cuSeqlens must end at inputs\.T = 8: got 3$/,
       ],
     ];
     try {
@@ -249,26 +253,35 @@ Deno.test("toGpu() refuses data that does not fit its shape, by name", async () 
   );
 });
 
-Deno.test("toGpuInputs() refuses f64 arrays, grouped value heads and packed batches, by name", async () => {
-  const x = randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 1, { dtype: "f32" });
+Deno.test("toGpuInputs() refuses f64 arrays by name", async () => {
   await assert.rejects(
     () => toGpuInputs(randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 1) as KdaProblem<Float32Array>),
     (e: Error) => e instanceof TypeError && /^inputs\.q must be a Float32Array/.test(e.message),
   );
-  const wide = randomKda({ B: 1, T: 8, H: 2, K: 4, V: 4 }, 1, { dtype: "f32" });
-  await assert.rejects(
-    () =>
-      toGpuInputs(
-        { ...wide, H: 1, HV: 2, q: wide.q.slice(0, 32), k: wide.k.slice(0, 32) } as KdaProblem<
-          Float32Array
-        >,
-      ),
-    (e: Error) => e instanceof RangeError && /^inputs\.HV must equal inputs\.H = 1/.test(e.message),
-  );
-  await assert.rejects(
-    () => toGpuInputs({ ...x, cuSeqlens: new Int32Array([0, 3, 8]) } as KdaProblem<Float32Array>),
-    (e: Error) => e instanceof RangeError && /^inputs\.cuSeqlens must be absent/.test(e.message),
-  );
+});
+
+gpuTest("toGpuInputs() carries grouped value heads and packed batches to the device", async () => {
+  const wide = randomKda({ B: 1, T: 8, H: 2, K: 4, V: 4 }, 1, { withH0: true, dtype: "f32" });
+  const cuSeqlens = new Int32Array([0, 3, 8]);
+  const grouped = {
+    ...wide,
+    H: 1,
+    HV: 2,
+    q: wide.q.slice(0, 32),
+    k: wide.k.slice(0, 32),
+    cuSeqlens,
+    h0: new Float32Array(2 * 2 * 4 * 4).fill(0.25),
+  } as KdaProblem<Float32Array>;
+  const up = await toGpuInputs(grouped);
+  try {
+    assert.equal(up.HV, 2);
+    assert.deepEqual(up.cuSeqlens, cuSeqlens);
+    assert.deepEqual(up.v.shape, [1, 8, 2, 4]);
+    assert.deepEqual(up.h0!.shape, [2, 2, 4, 4]);
+    assert.ok(bitsEqual(await up.v.read(), grouped.v as Float32Array), "v uploads as it is");
+  } finally {
+    releaseTensors(up);
+  }
 });
 
 gpuTest(

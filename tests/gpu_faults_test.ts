@@ -16,7 +16,8 @@ import {
   gpuStatus,
   gpuUnsupportedReason,
 } from "../kda/gpu/mod.ts";
-import { destroyDeviceForTests, testFaults } from "../kda/gpu/device.ts";
+import { destroyDeviceForTests } from "../kda/gpu/device.ts";
+import { gpuDebug } from "../kda/gpu/_debug.ts";
 import { gpuSettled, kda, releaseTensors, toGpuInputs } from "../mod.ts";
 import { mulberry32, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu, runChild } from "./_gpu.ts";
@@ -114,7 +115,7 @@ gpuTest("an out-of-memory error surfaces as GpuOutOfMemoryError and breaks nothi
   // llvmpipe allocates lazily and never reports out-of-memory for a buffer, so the error is
   // injected into the scope check; everything after it (the error's name, freeing the call's
   // buffers, the device and pipelines staying usable) is the real path.
-  testFaults.nextScopeError = "out-of-memory";
+  gpuDebug.nextScopeError = "out-of-memory";
   await assert.rejects(
     gpuForward(x, { chunkSize: 16, saveForBackward: true }),
     (e: unknown) =>
@@ -123,7 +124,7 @@ gpuTest("an out-of-memory error surfaces as GpuOutOfMemoryError and breaks nothi
   );
   assert.equal(gpuLiveBuffers(), start);
   const { saved } = await gpuForward(x, { chunkSize: 16, saveForBackward: true });
-  testFaults.nextScopeError = "out-of-memory";
+  gpuDebug.nextScopeError = "out-of-memory";
   await assert.rejects(
     gpuBackward(saved!, { dout }),
     (e: unknown) => e instanceof GpuError && e.name === "GpuOutOfMemoryError",

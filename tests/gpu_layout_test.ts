@@ -1,32 +1,30 @@
-// Tests of kda/gpu/layout.ts without a GPU: the buffer regions are disjoint and in bounds, the
-// generated WGSL header computes the same offsets as the TypeScript, the scan ranges cover every
-// chunk once, the parameters pack as the header's struct says, and the limit reasons say what
-// fits. Runs everywhere (no adapter needed).
+// Tests of the kernel sets' declarations and of kda/gpu/layout.ts, without a GPU, for every
+// registered set: the buffer regions are disjoint and in bounds, the generated WGSL header
+// computes the same offsets as the TypeScript, the parameters pack as the header's struct says,
+// the declaration agrees with the set's WGSL (entry points, bindings, accessors, no hand-written
+// offsets), the scan ranges cover every chunk once, and the limit reasons say what fits. Runs
+// everywhere (no adapter needed).
 
 import assert from "node:assert/strict";
 import {
-  BINDINGS,
+  bufferElements,
   type DimValues,
-  FORWARD_STAGES,
   limitProblem,
-  LOOP_BUDGET,
   makePlan,
   packParams,
-  PARAM_FIELDS,
-  PARAM_WORDS,
-  type Plan,
+  paramWords,
   scaleProblem,
-  scanLoopsPerChunk,
-  scanRanges,
+  setTables,
   shapeProblem,
   sizeOf,
-  stageGrid,
-  STAGES,
   tableOffsets,
-  TABLES,
   wgslHeader,
 } from "../kda/gpu/layout.ts";
 import { wgslAccessors } from "../kda/gpu/accessors.ts";
+import { IN_ARRAYS, type KernelSet, kernelSet, kernelSetNames } from "../kda/gpu/kernel_set.ts";
+import { SHARED_WGSL } from "../kda/gpu/device.ts";
+import "../kda/gpu/kernels/mod.ts";
+import { FUSED, LOOP_BUDGET, scanLoopsPerChunk } from "../kda/gpu/kernels/fused/mod.ts";
 import type { ChunkSize } from "../kda/_types.ts";
 
 const SHAPES = [
@@ -37,6 +35,7 @@ const SHAPES = [
   { B: 8, T: 4096, H: 16, K: 128, V: 128 },
 ];
 const CHUNKS: ChunkSize[] = [16, 32, 64];
+const SETS: KernelSet[] = kernelSetNames().map((n) => kernelSet(n));
 
 /** Evaluates a generated WGSL offset expression ("5u * p.C * p.K + p.K") at the given dims. */
 function evalWgsl(expr: string, dims: DimValues): number {
@@ -44,8 +43,8 @@ function evalWgsl(expr: string, dims: DimValues): number {
   for (const term of expr.split("+")) {
     let value = 1;
     for (const factor of term.split("*").map((f) => f.trim())) {
-      const sym = factor.match(/^p\.([A-Z])$/);
-      if (sym !== null) value *= dims[sym[1] as keyof DimValues];
+      const sym = factor.match(/^p\.(\w+)$/);
+      if (sym !== null) value *= dims[sym[1]];
       else if (/^\d+u$/.test(factor)) value *= Number(factor.slice(0, -1));
       else throw new Error(`Unexpected factor ${factor} in ${expr}`);
     }
@@ -54,49 +53,70 @@ function evalWgsl(expr: string, dims: DimValues): number {
   return total;
 }
 
-function headerFunctions(): Map<string, string> {
+function headerFunctions(set: KernelSet): Map<string, string> {
   const fns = new Map<string, string>();
-  for (const m of wgslHeader().matchAll(/fn (\w+)\(\) -> u32 \{ return (.*); \}/g)) {
+  for (const m of wgslHeader(set).matchAll(/fn (\w+)\(\) -> u32 \{ return (.*); \}/g)) {
     fns.set(m[1], m[2]);
   }
   return fns;
 }
 
-Deno.test("every buffer's regions are disjoint, in order and inside the buffer", () => {
-  for (const shape of SHAPES) {
-    for (const C of CHUNKS) {
-      const { dims } = makePlan(shape, C);
-      for (const table of TABLES) {
-        const { offsets, total } = tableOffsets(table, dims);
-        let end = 0;
-        for (const r of table.regions) {
-          const size = sizeOf(r.size, dims);
-          assert.ok(size > 0, `${table.prefix}${r.name} is empty`);
-          assert.equal(offsets[r.name], end, `${table.prefix}${r.name} starts where the last ends`);
-          end += size;
+async function wgslOf(set: KernelSet): Promise<string> {
+  return (await Promise.all(set.files.map((f) => Deno.readTextFile(f)))).join("\n");
+}
+
+Deno.test("the package registers its kernel sets, the fused one first", () => {
+  assert.ok(SETS.length >= 1);
+  assert.equal(SETS[0], FUSED);
+  assert.throws(() => kernelSet("nope"), /^RangeError: options\.kernels must be one of fused/);
+});
+
+Deno.test("every set's buffer regions are disjoint, in order and inside the buffer", () => {
+  for (const set of SETS) {
+    for (const shape of SHAPES) {
+      for (const C of CHUNKS) {
+        const { dims } = makePlan(set, shape, C);
+        for (const table of setTables(set)) {
+          const { offsets, total } = tableOffsets(table, dims);
+          let end = 0;
+          for (const r of table.regions) {
+            const size = sizeOf(r.size, dims);
+            assert.ok(size > 0, `${set.name}: ${table.prefix}${r.name} is empty`);
+            assert.equal(
+              offsets[r.name],
+              end,
+              `${table.prefix}${r.name} starts where the last ends`,
+            );
+            end += size;
+          }
+          assert.equal(end, total);
         }
-        assert.equal(end, total);
       }
     }
   }
 });
 
-Deno.test("the generated WGSL header computes the TypeScript offsets and sizes", () => {
-  const fns = headerFunctions();
+Deno.test("every set's generated WGSL header computes the TypeScript offsets and sizes", () => {
   let checked = 0;
-  for (const shape of SHAPES) {
-    for (const C of CHUNKS) {
-      const { dims } = makePlan(shape, C);
-      for (const table of TABLES) {
-        const { offsets, total } = tableOffsets(table, dims);
-        for (const r of table.regions) {
-          const expr = fns.get(`${table.prefix}${r.name}`);
-          assert.ok(expr !== undefined, `the header defines ${table.prefix}${r.name}()`);
-          assert.equal(evalWgsl(expr, dims), offsets[r.name], `${table.prefix}${r.name}()`);
-          checked++;
-        }
-        if (table.sizeFn !== undefined) {
-          assert.equal(evalWgsl(fns.get(table.sizeFn)!, dims), total, `${table.sizeFn}()`);
+  for (const set of SETS) {
+    const fns = headerFunctions(set);
+    for (const shape of SHAPES) {
+      for (const C of CHUNKS) {
+        const { dims } = makePlan(set, shape, C);
+        for (const table of setTables(set)) {
+          const { offsets, total } = tableOffsets(table, dims);
+          for (const r of table.regions) {
+            const expr = fns.get(`${table.prefix}${r.name}`);
+            assert.ok(
+              expr !== undefined,
+              `${set.name}'s header defines ${table.prefix}${r.name}()`,
+            );
+            assert.equal(evalWgsl(expr, dims), offsets[r.name], `${table.prefix}${r.name}()`);
+            checked++;
+          }
+          if (table.sizeFn !== undefined) {
+            assert.equal(evalWgsl(fns.get(table.sizeFn)!, dims), total, `${table.sizeFn}()`);
+          }
         }
       }
     }
@@ -104,128 +124,168 @@ Deno.test("the generated WGSL header computes the TypeScript offsets and sizes",
   console.log(`  ${checked} offsets agree`);
 });
 
-Deno.test("the plan's buffer sizes are the region tables times the chunk blocks", () => {
+Deno.test("the fused set's buffers are its region tables times the chunk blocks", () => {
+  const byName = (name: string) => FUSED.buffers.find((b) => b.name === name)!;
   for (const shape of SHAPES) {
     for (const C of CHUNKS) {
-      const plan = makePlan(shape, C);
-      const per = (prefix: string) =>
-        tableOffsets(TABLES.find((t) => t.prefix === prefix)!, plan.dims).total;
+      const plan = makePlan(FUSED, shape, C);
+      const per = (name: string) => tableOffsets(byName(name).table, plan.dims).total;
       assert.equal(plan.chunks, shape.B * shape.H * Math.ceil(shape.T / C));
-      assert.equal(plan.floats.work, plan.chunks * per("w"));
-      assert.equal(plan.floats.bw, plan.chunks * per("b"));
-      assert.equal(plan.floats.gs, plan.chunks * per("g"));
-      assert.equal(plan.floats.states, plan.chunks * (shape.K + C) * shape.V);
+      for (const name of ["work", "states", "backward scratch", "gradient scratch"]) {
+        assert.equal(bufferElements(byName(name), plan), plan.chunks * per(name), name);
+      }
+      assert.equal(per("states"), (shape.K + C) * shape.V);
       const nQK = shape.B * shape.T * shape.H * shape.K;
       const nV = shape.B * shape.T * shape.H * shape.V;
       const nB = shape.B * shape.T * shape.H;
       const nS = shape.B * shape.H * shape.K * shape.V;
-      assert.equal(plan.floats.inputsWithH0, 3 * nQK + nV + nB + nS);
-      assert.equal(plan.floats.outputs, nV + nS);
-      assert.equal(plan.floats.grads, 3 * nQK + nV + nB + nS);
-      assert.equal(plan.floats.cotangents, nV + nS);
-      assert.ok(
-        plan.VT >= 4 && plan.VT < 2 * Math.max(shape.V, 4) && plan.nVT * plan.VT >= shape.V,
-      );
-      assert.ok((plan.nVT - 1) * plan.VT < shape.V, "no empty V tile");
+      assert.equal(bufferElements(byName("inputs"), plan), 3 * nQK + nV + nB + nS);
+      assert.equal(bufferElements(byName("outputs"), plan), nV + nS);
+      assert.equal(bufferElements(byName("gradients"), plan), 3 * nQK + nV + nB + nS);
+      assert.equal(bufferElements(byName("cotangents"), plan), nV + nS);
+      const { VT, nVT } = plan.extra;
+      assert.ok(VT >= 4 && VT < 2 * Math.max(shape.V, 4) && nVT * VT >= shape.V);
+      assert.ok((nVT - 1) * VT < shape.V, "no empty V tile");
     }
   }
 });
 
-Deno.test("the scan ranges cover every chunk exactly once and respect the loop budget", () => {
-  for (const shape of [...SHAPES, { B: 1, T: 16384, H: 16, K: 256, V: 256 }]) {
-    for (const C of CHUNKS) {
-      const plan: Plan = makePlan(shape, C);
-      const ranges = scanRanges(plan);
-      let next = 0;
-      for (const [n0, n1] of ranges) {
-        assert.equal(n0, next);
-        assert.ok(n1 > n0);
-        next = n1;
+Deno.test("every set's scan ranges cover every chunk exactly once (the fused set's within the loop budget)", () => {
+  for (const set of SETS) {
+    for (const shape of [...SHAPES, { B: 1, T: 16384, H: 16, K: 256, V: 256 }]) {
+      for (const C of CHUNKS) {
+        const plan = makePlan(set, shape, C);
+        const ranges = set.scanRanges(plan);
+        let next = 0;
+        for (const [n0, n1] of ranges) {
+          assert.equal(n0, next);
+          assert.ok(n1 > n0);
+          next = n1;
+        }
+        assert.equal(next, plan.NC);
+        if (set !== FUSED) continue;
+        // the busiest scan invocation's loop count per range (as the fused scans iterate)
+        const longest = Math.max(...ranges.map(([a, b]) => b - a));
+        assert.ok(longest === 1 || 64 + longest * scanLoopsPerChunk(plan) <= LOOP_BUDGET);
+        const { VT } = plan.extra;
+        assert.ok(plan.K * VT <= 4096 && C * VT <= 2048 && [4, 8, 16, 32].includes(VT));
       }
-      assert.equal(next, plan.NC);
-      // the busiest scan invocation's loop count per range (as chunk.wgsl's scans iterate)
-      const longest = Math.max(...ranges.map(([a, b]) => b - a));
-      assert.ok(longest === 1 || 64 + longest * scanLoopsPerChunk(plan) <= LOOP_BUDGET);
-      assert.ok(
-        plan.K * plan.VT <= 4096 && C * plan.VT <= 2048 && [4, 8, 16, 32].includes(plan.VT),
-      );
     }
   }
 });
 
-Deno.test("the parameters pack as the header's Params struct declares them", () => {
-  const header = wgslHeader();
-  const struct = header.match(/struct Params \{([^}]*)\}/);
-  assert.ok(struct !== null);
-  const fields = [...struct[1].matchAll(/(\w+): (u32|f32),/g)].map((m) => [m[1], m[2]]);
-  assert.equal(fields.length, PARAM_WORDS);
-  PARAM_FIELDS.forEach(([name, type], i) => assert.deepEqual(fields[i], [name, type]));
-  const plan = makePlan({ B: 2, T: 100, H: 3, K: 12, V: 20 }, 32);
-  const bytes = packParams(plan, 5, 0.25);
-  const u = new Uint32Array(bytes);
-  const f = new Float32Array(bytes);
-  const index = (name: string) => PARAM_FIELDS.findIndex(([n]) => n === name);
-  assert.equal(u[index("B")], 2);
-  assert.equal(u[index("T")], 100);
-  assert.equal(u[index("C")], 32);
-  assert.equal(u[index("NC")], 4);
-  assert.equal(u[index("flags")], 5);
-  assert.equal(f[index("scale")], 0.25);
-  // the header binds what the TypeScript binds, in order
-  BINDINGS.forEach((b, i) => {
-    assert.match(header, new RegExp(`@binding\\(${i}\\) var<[^>]+> ${b.name}: `));
-  });
-  assert.deepEqual(FORWARD_STAGES, STAGES.slice(0, 2));
-});
-
-Deno.test("the WGSL files have no hand-written offset functions left", async () => {
-  for (
-    const file of ["../kda/chunk.wgsl", "../kda/gpu/scans.wgsl", "../kda/gpu/intra_backward.wgsl"]
-  ) {
-    const wgsl = await Deno.readTextFile(new URL(file, import.meta.url));
-    for (const name of ["wG", "wGam", "gKd", "gBv", "workSize", "bwSize", "gsSize", "stateSize"]) {
-      assert.doesNotMatch(wgsl, new RegExp(`fn ${name}\\(`), `${file}: ${name} is generated`);
+Deno.test("every set's parameters pack as its header's Params struct declares them", () => {
+  for (const set of SETS) {
+    const header = wgslHeader(set);
+    const struct = header.match(/struct Params \{([^}]*)\}/);
+    assert.ok(struct !== null);
+    const fields = [...struct[1].matchAll(/(\w+): (u32|f32),/g)].map((m) => [m[1], m[2]]);
+    assert.equal(fields.length, paramWords(set));
+    set.params.forEach((name, i) => {
+      assert.deepEqual(fields[i], [name, name === "scale" ? "f32" : "u32"]);
+    });
+    const plan = makePlan(set, { B: 2, T: 100, H: 3, K: 12, V: 20 }, 32);
+    const bytes = packParams(set, plan, 5, 0.25);
+    const u = new Uint32Array(bytes);
+    const f = new Float32Array(bytes);
+    const index = (name: string) => set.params.indexOf(name);
+    for (const [name, value] of Object.entries({ B: 2, T: 100, C: 32, NC: 4, flags: 5 })) {
+      if (index(name) >= 0) assert.equal(u[index(name)], value, `${set.name} ${name}`);
     }
-    assert.doesNotMatch(wgsl, /struct Params/);
-    assert.doesNotMatch(wgsl, /@binding/, `${file}: the bindings are generated`);
+    assert.equal(f[index("scale")], 0.25);
+    // the params are binding 0, then the set's bindings in order
+    assert.match(header, /@binding\(0\) var<uniform> p: Params;/);
+    set.bindings.forEach((b, i) => {
+      assert.match(header, new RegExp(`@binding\\(${i + 1}\\) var<[^>]+> ${b.name}: `));
+    });
   }
 });
 
-Deno.test("every generated accessor is used by the kernels and none is also written by hand", async () => {
-  const kernels = (await Promise.all(
-    ["../kda/chunk.wgsl", "../kda/gpu/scans.wgsl", "../kda/gpu/intra_backward.wgsl"].map((f) =>
-      Deno.readTextFile(new URL(f, import.meta.url))
-    ),
-  )).join("\n");
-  const accessors = wgslAccessors();
-  const names = [...accessors.matchAll(/^fn (\w+)\(/gm)].map((m) => m[1]);
-  assert.ok(names.length >= 20, `only ${names.length} accessors generated`);
-  for (const name of names) {
-    assert.doesNotMatch(kernels, new RegExp(`fn ${name}\\(`), `${name} is generated`);
-    // used by a kernel, or by the tile store that wraps it
-    const uses = new RegExp(`\\b${name}\\(`, "g");
-    const count = (kernels.match(uses)?.length ?? 0) + (accessors.match(uses)?.length ?? 0) - 1;
-    assert.ok(count > 0, `${name} is generated but never called`);
+Deno.test("every set's declaration agrees with its WGSL: entry points, bindings, arrays, flags, includes", async () => {
+  for (const set of SETS) {
+    const wgsl = await wgslOf(set);
+    const buffers = new Set(set.buffers.map((b) => b.name));
+    const bindings = new Set(set.bindings.map((b) => b.name));
+    for (const direction of [set.forward, ...(set.backward ? [set.backward] : [])]) {
+      for (const stage of direction.stages) {
+        assert.match(wgsl, new RegExp(`@compute[^\\n]*\\n\\s*fn ${stage.entry}\\(`), stage.entry);
+      }
+      for (const [binding, buffer] of Object.entries(direction.bind)) {
+        assert.ok(bindings.has(binding), `${set.name}: ${binding} is a declared binding`);
+        assert.ok(buffers.has(buffer), `${set.name}: ${buffer} is a declared buffer`);
+      }
+    }
+    const held = new Set<string>();
+    for (const b of set.buffers) {
+      for (const [region, array] of Object.entries(b.arrays ?? {})) {
+        assert.ok(b.table.regions.some((r) => r.name === region), `${b.name} has region ${region}`);
+        assert.ok(!held.has(array!), `${set.name}: ${array} is held by one buffer`);
+        held.add(array!);
+      }
+    }
+    // every array of the op is placed or produced (the backward's only where there is one)
+    const arrays = ["q", "k", "v", "g", "beta", "h0", "o", "ht"];
+    if (set.backward !== null) arrays.push("dout", "dht", "dq", "dk", "dv", "dg", "dbeta", "dh0");
+    for (const a of arrays) assert.ok(held.has(a), `${set.name} holds ${a}`);
+    assert.ok([...held].filter((a) => IN_ARRAYS.has(a as never)).length >= 6);
+    for (const flag of ["HAS_H0", "HAS_DHT", "SAVE_STATES"] as const) {
+      assert.ok(Number.isInteger(set.flags[flag]) && set.flags[flag] > 0, `${set.name} ${flag}`);
+    }
+    for (const name of set.include) assert.ok(name in SHARED_WGSL, `${set.name} includes ${name}`);
+  }
+});
+
+Deno.test("the WGSL files have no hand-written offset functions, params or bindings", async () => {
+  for (const set of SETS) {
+    for (const file of [...set.files, ...set.include.map((n) => SHARED_WGSL[n])]) {
+      const wgsl = await Deno.readTextFile(file);
+      for (const table of setTables(set)) {
+        for (const r of table.regions) {
+          assert.doesNotMatch(wgsl, new RegExp(`fn ${table.prefix}${r.name}\\(`), `${file}`);
+        }
+        if (table.sizeFn) assert.doesNotMatch(wgsl, new RegExp(`fn ${table.sizeFn}\\(`));
+      }
+      assert.doesNotMatch(wgsl, /struct Params/);
+      assert.doesNotMatch(wgsl, /@binding/, `${file}: the bindings are generated`);
+    }
+  }
+});
+
+Deno.test("every generated accessor of a set is used by its kernels and none is also written by hand", async () => {
+  for (const set of SETS) {
+    const kernels = await wgslOf(set);
+    const accessors = wgslAccessors(set.accessors);
+    const names = [...accessors.matchAll(/^fn (\w+)\(/gm)].map((m) => m[1]);
+    if (set === FUSED) assert.ok(names.length >= 20, `only ${names.length} accessors generated`);
+    for (const name of names) {
+      assert.doesNotMatch(kernels, new RegExp(`fn ${name}\\(`), `${name} is generated`);
+      // used by a kernel, or by the tile store that wraps it
+      const uses = new RegExp(`\\b${name}\\(`, "g");
+      const count = (kernels.match(uses)?.length ?? 0) + (accessors.match(uses)?.length ?? 0) - 1;
+      assert.ok(count > 0, `${set.name}: ${name} is generated but never called`);
+    }
   }
 });
 
 Deno.test("the dispatch grid is exact, and a dimension over the device's limit names it", () => {
-  const plan = makePlan({ B: 3, T: 100, H: 5, K: 32, V: 64 }, 16);
-  assert.deepEqual(stageGrid(plan, "intraChunk"), [plan.NC, 5, 3]);
-  assert.deepEqual(stageGrid(plan, "stateScan"), [plan.nVT, 5, 3]);
+  const plan = makePlan(FUSED, { B: 3, T: 100, H: 5, K: 32, V: 64 }, 16);
+  assert.deepEqual(FUSED.forward.stages[0].grid(plan), [plan.NC, 5, 3]);
+  assert.deepEqual(FUSED.forward.stages[1].grid(plan), [plan.extra.nVT, 5, 3]);
   const limits = {
     maxStorageBufferBindingSize: 2 ** 40,
     maxBufferSize: 2 ** 40,
     maxComputeWorkgroupsPerDimension: 100,
   };
-  const long = limitProblem(makePlan({ B: 1, T: 16 * 101, H: 1, K: 4, V: 4 }, 16), limits) ?? "";
+  const at = (shape: { B: number; T: number; H: number }) =>
+    limitProblem(FUSED, makePlan(FUSED, { ...shape, K: 4, V: 4 }, 16), limits) ?? "";
+  const long = at({ B: 1, T: 16 * 101, H: 1 });
   assert.match(long, /needs 101 chunks \(or V tiles\) per sequence in one dispatch dimension/);
   assert.match(long, /the longest sequence that fits is T=1600$/);
-  const wide = limitProblem(makePlan({ B: 1, T: 16, H: 101, K: 4, V: 4 }, 16), limits) ?? "";
+  const wide = at({ B: 1, T: 16, H: 101 });
   assert.match(wide, /needs 101 heads in one dispatch dimension, over the device's limit of 100/);
-  const batch = limitProblem(makePlan({ B: 101, T: 16, H: 1, K: 4, V: 4 }, 16), limits) ?? "";
+  const batch = at({ B: 101, T: 16, H: 1 });
   assert.match(batch, /needs 101 batch entries .* the largest batch that fits is B=100$/);
-  assert.equal(limitProblem(makePlan({ B: 100, T: 1600, H: 100, K: 4, V: 4 }, 16), limits), null);
+  assert.equal(at({ B: 100, T: 1600, H: 100 }), "");
 });
 
 Deno.test("shape, scale and limit reasons are sentences that name the value", () => {
@@ -250,13 +310,12 @@ Deno.test("shape, scale and limit reasons are sentences that name the value", ()
     maxBufferSize: 2 ** 31,
     maxComputeWorkgroupsPerDimension: 65535,
   };
-  const reason = limitProblem(makePlan({ B: 64, T: 4096, H: 2, K: 32, V: 32 }, 64), limits) ?? "";
+  const at = (B: number) =>
+    limitProblem(FUSED, makePlan(FUSED, { B, T: 4096, H: 2, K: 32, V: 32 }, 64), limits);
+  const reason = at(64) ?? "";
   assert.match(reason, /largest batch that fits is B=(\d+)/);
-  assert.doesNotMatch(reason, /larger chunk size/);
+  assert.match(reason, /kernels fused/);
   const fitB = Number(reason.match(/B=(\d+)$/)![1]);
-  assert.equal(limitProblem(makePlan({ B: fitB, T: 4096, H: 2, K: 32, V: 32 }, 64), limits), null);
-  assert.notEqual(
-    limitProblem(makePlan({ B: fitB + 1, T: 4096, H: 2, K: 32, V: 32 }, 64), limits),
-    null,
-  );
+  assert.equal(at(fitB), null);
+  assert.notEqual(at(fitB + 1), null);
 });

@@ -23,7 +23,7 @@ import * as fixtures from "./_fixtures.ts";
 import type { KdaShape } from "./_fixtures.ts";
 
 const { agreement, mulberry32, randomKda, toF64 } = fixtures;
-import { gpuTest, reportMissingGpu, runChild } from "./_gpu.ts";
+import { gpuTest, reportMissingGpu, runChild, withNaNPrefill } from "./_gpu.ts";
 
 reportMissingGpu("gpu_test");
 
@@ -97,15 +97,13 @@ async function runGpu(
   dout: Float32Array,
   dht: Float32Array | undefined,
 ): Promise<{ o: Float32Array; ht: Float32Array; grads: KdaGrads }> {
-  const { o, ht, saved } = await gpuForward(x, {
-    chunkSize,
-    saveForBackward: true,
-    prefillNaN: true,
+  return await withNaNPrefill(async () => {
+    const { o, ht, saved } = await gpuForward(x, { chunkSize, saveForBackward: true });
+    const grads = await gpuBackward(saved!, { dout, ...(dht ? { dht } : {}) });
+    assert.equal(saved!.released, false);
+    saved!.release();
+    return { o, ht, grads };
   });
-  const grads = await gpuBackward(saved!, { dout, ...(dht ? { dht } : {}) }, { prefillNaN: true });
-  assert.equal(saved!.released, false);
-  saved!.release();
-  return { o, ht, grads };
 }
 
 /** Compares the GPU arm with the f64 recurrence (or, with `viaChunk`, the f64 chunked arm). */
@@ -337,6 +335,10 @@ gpuTest("two separate processes give bit-identical outputs and gradients", async
   const gpuUrl = new URL("../kda/gpu/mod.ts", import.meta.url).href;
   const script = `
     import { gpuBackward, gpuForward } from ${JSON.stringify(gpuUrl)};
+    import { gpuDebug } from ${
+    JSON.stringify(new URL("../kda/gpu/_debug.ts", import.meta.url).href)
+  };
+    gpuDebug.prefillNaN = true;
     import { mulberry32, randomKda } from ${
     JSON.stringify(new URL("./_fixtures.ts", import.meta.url).href)
   };
@@ -345,8 +347,8 @@ gpuTest("two separate processes give bit-identical outputs and gradients", async
     const x = randomKda(c.shape, c.seed, { gateMin: c.gateMin, gateMax: c.gateMax, withH0: c.withH0, dtype: "f32" });
     const rf = (n, seed) => { const r = mulberry32(seed); const a = new Float32Array(n); for (let i = 0; i < n; i++) a[i] = r() * 2 - 1; return a; };
     const dout = rf(B * T * H * V, c.seed + 1), dht = rf(B * H * K * V, c.seed + 2);
-    const f = await gpuForward(x, { chunkSize: c.chunkSize, saveForBackward: true, prefillNaN: true });
-    const g = await gpuBackward(f.saved, { dout, dht }, { prefillNaN: true });
+    const f = await gpuForward(x, { chunkSize: c.chunkSize, saveForBackward: true });
+    const g = await gpuBackward(f.saved, { dout, dht });
     let hash = 0x811c9dc5;
     for (const a of [f.o, f.ht, g.dq, g.dk, g.dv, g.dg, g.dbeta, g.dh0]) {
       const w = new Uint32Array(a.buffer, a.byteOffset, a.length);

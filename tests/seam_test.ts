@@ -40,6 +40,7 @@ Deno.test("seam counts the ops arm as opsPath and builds no custom node", async 
     declined: 0,
     opsPath: 1,
     customNodeBwd: 0,
+    variants: {},
   });
   assert.deepEqual(seamDecisions(), []);
 });
@@ -55,6 +56,7 @@ Deno.test("seam counts a cpu training call as fusedFwd, customNodeBwd and fusedB
     declined: 0,
     opsPath: 0,
     customNodeBwd: 1,
+    variants: {},
   });
 });
 

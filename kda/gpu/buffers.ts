@@ -3,6 +3,23 @@
 // what it still owns in one call, and hands a buffer over (to a saved handle) by `take`.
 
 let live = 0;
+let createdBytes = 0;
+
+/**
+ * Bytes of the GPU buffers the gpu arm has created since the process started (buffers taken from
+ * the pool are not counted again): the benchmark's measure of what a call allocates.
+ *
+ * @returns The bytes.
+ * @example
+ * ```ts
+ * const before = gpuCreatedBytes();
+ * // ... one call ...
+ * console.log(gpuCreatedBytes() - before); // bytes that call created
+ * ```
+ */
+export function gpuCreatedBytes(): number {
+  return createdBytes;
+}
 
 /**
  * The number of GPU buffers the gpu arm has created and not yet destroyed (for leak tests).
@@ -42,12 +59,10 @@ export function createBuffer(
   bytes: number,
   usage: number,
 ): GPUBuffer {
-  const buffer = device.createBuffer({
-    label,
-    size: Math.max(16, Math.ceil(bytes / 4) * 4),
-    usage,
-  });
+  const size = Math.max(16, Math.ceil(bytes / 4) * 4);
+  const buffer = device.createBuffer({ label, size, usage });
   live++;
+  createdBytes += size;
   return buffer;
 }
 
@@ -240,8 +255,8 @@ export const UNIFORM_USAGE: number = GPUBufferUsage.UNIFORM | GPUBufferUsage.COP
  * ```ts
  * import { getContext } from "./device.ts";
  * const set = new BufferSet((await getContext()).device);
- * const a = set.make("a", 16);
- * set.make("b", 16);
+ * const a = set.make("a", 64);
+ * set.make("b", 64);
  * set.take([a]); // a is the caller's now
  * set.destroyAll(); // destroys b
  * destroyBuffer(a);
@@ -264,14 +279,24 @@ export class BufferSet {
    * Creates a buffer owned by this set.
    *
    * @param label Label.
-   * @param floats Size in 32-bit words.
+   * @param bytes Size in bytes (see bytesOf in layout.ts).
    * @param usage GPUBufferUsage bits (default: STORAGE_USAGE).
    * @returns The buffer.
    */
-  make(label: string, floats: number, usage: number = STORAGE_USAGE): GPUBuffer {
-    const buffer = acquire(this.#device, label, floats * 4, usage);
+  make(label: string, bytes: number, usage: number = STORAGE_USAGE): GPUBuffer {
+    const buffer = acquire(this.#device, label, bytes, usage);
     this.#owned.push(buffer);
     return buffer;
+  }
+
+  /**
+   * Whether the set owns a buffer.
+   *
+   * @param buffer The buffer.
+   * @returns True when the set made it and still owns it.
+   */
+  owns(buffer: GPUBuffer): boolean {
+    return this.#owned.includes(buffer);
   }
 
   /**
@@ -313,50 +338,55 @@ export class BufferSet {
 }
 
 /**
- * Queues a typed array into a buffer (views of SharedArrayBuffers upload as well).
+ * Queues a typed array into a buffer at an element offset (views of SharedArrayBuffers upload as
+ * well).
  *
  * @param queue The device's queue.
  * @param buffer Destination.
- * @param floatOffset Offset in floats.
- * @param data The floats.
+ * @param elementOffset Offset in elements of the array's type.
+ * @param data The elements.
  * @example
  * ```ts
  * import { getContext } from "./device.ts";
  * const ctx = await getContext();
  * const set = new BufferSet(ctx.device);
- * upload(ctx.device.queue, set.make("data", 4), 0, new Float32Array([1, 2, 3, 4]));
+ * upload(ctx.device.queue, set.make("data", 16), 0, new Float32Array([1, 2, 3, 4]));
  * set.destroyAll();
  * ```
  */
 export function upload(
   queue: GPUQueue,
   buffer: GPUBuffer,
-  floatOffset: number,
+  elementOffset: number,
   data: Float32Array,
 ): void {
-  queue.writeBuffer(buffer, floatOffset * 4, data as Float32Array<ArrayBuffer>);
+  queue.writeBuffer(
+    buffer,
+    elementOffset * data.BYTES_PER_ELEMENT,
+    data as Float32Array<ArrayBuffer>,
+  );
 }
 
 const NAN_BLOCK = new Float32Array(1 << 20).fill(NaN);
 
 /**
- * Fills a buffer's first floats with NaN, so that a missing write cannot pass as a zero.
+ * Fills a buffer of f32 elements with NaN, so that a missing write cannot pass as a zero.
  *
  * @param queue The device's queue.
  * @param buffer Destination.
- * @param floats How many floats.
+ * @param elements How many f32 elements.
  * @example
  * ```ts
  * import { getContext } from "./device.ts";
  * const ctx = await getContext();
  * const set = new BufferSet(ctx.device);
- * fillNaN(ctx.device.queue, set.make("out", 8), 8);
+ * fillNaN(ctx.device.queue, set.make("out", 32), 8);
  * set.destroyAll();
  * ```
  */
-export function fillNaN(queue: GPUQueue, buffer: GPUBuffer, floats: number): void {
-  for (let at = 0; at < floats; at += NAN_BLOCK.length) {
-    const n = Math.min(NAN_BLOCK.length, floats - at);
-    queue.writeBuffer(buffer, at * 4, NAN_BLOCK, 0, n);
+export function fillNaN(queue: GPUQueue, buffer: GPUBuffer, elements: number): void {
+  for (let at = 0; at < elements; at += NAN_BLOCK.length) {
+    const n = Math.min(NAN_BLOCK.length, elements - at);
+    queue.writeBuffer(buffer, at * NAN_BLOCK.BYTES_PER_ELEMENT, NAN_BLOCK, 0, n);
   }
 }

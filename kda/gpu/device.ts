@@ -1,19 +1,13 @@
-// The gpu arm's device context: adapter, device, pipelines and lost state, held in one object
-// instead of module globals. One context is current at a time; when its device is lost, the next
-// call gets a fresh one (or, if that fails, a clear reason).
+// The gpu arm's device context: adapter, device, each kernel set's compiled pipelines and the lost
+// state, held in one object instead of module globals. One context is current at a time; when its
+// device is lost, the next call gets a fresh one (or, if that fails, a clear reason). A kernel set
+// is compiled on its first use on a device and cached there.
 
-import {
-  BINDINGS,
-  RANGE_BYTES,
-  type Stage,
-  STAGES,
-  STORAGE_BINDINGS,
-  wgslHeader,
-  WORKGROUP_BYTES,
-  WORKGROUP_SIZE,
-} from "./layout.ts";
+import { RANGE_BYTES, wgslHeader } from "./layout.ts";
 import { createBuffer, destroyBuffer, dropPooled } from "./buffers.ts";
 import { wgslAccessors } from "./accessors.ts";
+import type { KernelSet } from "./kernel_set.ts";
+import { gpuDebug } from "./_debug.ts";
 
 /**
  * What the module knows about the adapter it runs on.
@@ -87,6 +81,24 @@ export class GpuError extends Error {
 
 const SOFTWARE = /llvmpipe|lavapipe|swiftshader|software|\bcpu\b/i;
 
+/** A kernel set compiled on one device: its bind group layout and one pipeline per entry point. */
+export interface CompiledSet {
+  /** The set. */
+  readonly set: KernelSet;
+  /** Group 0's layout: the params uniform, then the set's bindings. */
+  readonly layout: GPUBindGroupLayout;
+  /** One pipeline per entry point. */
+  readonly pipelines: ReadonlyMap<string, GPUComputePipeline>;
+}
+
+/**
+ * The shared WGSL files a kernel set may include, by name: the one place a set's dependencies on
+ * code outside its own files are resolved (never by the order files are joined).
+ */
+export const SHARED_WGSL: Readonly<Record<string, URL>> = Object.freeze({
+  shared: new URL("./kernels/shared.wgsl", import.meta.url),
+});
+
 /**
  * One device and what was built on it.
  *
@@ -102,39 +114,53 @@ export class GpuContext {
   readonly device: GPUDevice;
   /** Adapter description and limits. */
   readonly info: GpuInfo;
-  /** Group 0 layout (BINDINGS). */
-  layout!: GPUBindGroupLayout;
-  /** Group 1 layout (one chunk range, dynamic offset). */
-  rangeLayout!: GPUBindGroupLayout;
+  /** The features the device was created with. */
+  readonly features: ReadonlySet<string>;
+  /** Group 1 layout (one chunk range, dynamic offset), shared by every set's scans. */
+  readonly rangeLayout: GPUBindGroupLayout;
   /** Stride of chunk ranges in their uniform buffer. */
   readonly rangeAlign: number;
-  /** One pipeline per stage. */
-  readonly pipelines: Map<Stage, GPUComputePipeline> = new Map();
-  /** Bound where a stage uses no buffer of that slot (bind groups need every entry). */
-  placeholder!: GPUBuffer;
+  /** Bound where a stage uses no buffer of a writable slot (bind groups need every entry). */
+  readonly placeholder: GPUBuffer;
+  /** Bound where a stage uses no buffer of a read-only slot (it may not alias a writable one). */
+  readonly readPlaceholder: GPUBuffer;
   /** Why the device was lost, once it was. */
   lostReason: string | null = null;
+  readonly #compiled = new Map<string, Promise<CompiledSet>>();
 
   /**
    * Wraps a new device; its loss is recorded when the device reports it.
    *
    * @param device The device.
    * @param info Its adapter's description.
+   * @param features The features the device was created with.
    */
-  constructor(device: GPUDevice, info: GpuInfo) {
+  constructor(device: GPUDevice, info: GpuInfo, features: ReadonlySet<string>) {
     this.device = device;
     this.info = info;
+    this.features = features;
     this.rangeAlign = Math.max(RANGE_BYTES, device.limits.minUniformBufferOffsetAlignment);
+    this.rangeLayout = device.createBindGroupLayout({
+      label: "kda chunk range",
+      entries: [{
+        binding: 0,
+        visibility: GPUShaderStage.COMPUTE,
+        buffer: { type: "uniform", hasDynamicOffset: true, minBindingSize: RANGE_BYTES },
+      }],
+    });
+    this.placeholder = createBuffer(device, "placeholder", 16, GPUBufferUsage.STORAGE);
+    this.readPlaceholder = createBuffer(device, "read placeholder", 16, GPUBufferUsage.STORAGE);
     device.lost.then((lost) => {
       this.markLost(`${lost.reason}: ${lost.message || "no message"}`);
     });
   }
 
-  /** Records the loss (idempotent) and frees the placeholder and the pooled buffers. */
+  /** Records the loss (idempotent) and frees the placeholders and the pooled buffers. */
   markLost(why: string): void {
     if (this.lostReason !== null) return;
     this.lostReason = `The GPU device was lost (${why})`;
-    if (this.placeholder !== undefined) destroyBuffer(this.placeholder);
+    destroyBuffer(this.placeholder);
+    destroyBuffer(this.readPlaceholder);
     dropPooled(this.device);
   }
 
@@ -143,6 +169,52 @@ export class GpuContext {
     if (this.lostReason !== null) {
       throw new GpuError("device-lost", `${what} failed: ${this.lostReason}`);
     }
+  }
+
+  /**
+   * Why this device cannot run a kernel set (a missing feature, too little workgroup memory, too
+   * few storage bindings or invocations), or null.
+   *
+   * @param set The kernel set.
+   * @returns A reason, or null.
+   */
+  setProblem(set: KernelSet): string | null {
+    const missing = set.features.filter((f) => !this.features.has(f));
+    if (missing.length > 0) {
+      return `the kernel set ${set.name} needs the adapter feature ${missing.join(", ")}, ` +
+        `which "${this.info.description}" does not offer`;
+    }
+    const { limits } = this.info;
+    const storage = set.bindings.filter((b) => b.type !== "uniform").length;
+    const needs: [number, number, string][] = [
+      [limits.maxComputeWorkgroupStorageSize, set.workgroupBytes, "bytes of workgroup memory"],
+      [limits.maxStorageBuffersPerShaderStage, storage, "storage buffers per stage"],
+      [limits.maxComputeInvocationsPerWorkgroup, set.workgroupSize, "invocations per workgroup"],
+    ];
+    for (const [have, want, what] of needs) {
+      if (have < want) {
+        return `the kernel set ${set.name} needs ${want} ${what}, and "${this.info.description}" ` +
+          `offers ${have}`;
+      }
+    }
+    return null;
+  }
+
+  /**
+   * A kernel set's pipelines on this device, compiled on first use and cached.
+   *
+   * @param set The kernel set (setProblem must be null for it).
+   * @returns The compiled set.
+   */
+  compiled(set: KernelSet): Promise<CompiledSet> {
+    let compiled = this.#compiled.get(set.name);
+    if (compiled === undefined) {
+      compiled = compileSet(this, set);
+      this.#compiled.set(set.name, compiled);
+      // a failed compilation is not cached: the next call reports it again
+      compiled.catch(() => this.#compiled.delete(set.name));
+    }
+    return compiled;
   }
 
   /**
@@ -168,8 +240,8 @@ export class GpuContext {
       thrown = error;
     }
     const popped = [device.popErrorScope(), device.popErrorScope(), device.popErrorScope()];
-    const injected = testFaults.nextScopeError;
-    testFaults.nextScopeError = null;
+    const injected = gpuDebug.nextScopeError;
+    gpuDebug.nextScopeError = null;
     const [validation, oom, internal] = await Promise.all(popped);
     if (validation !== null) {
       throw new GpuError("validation", `GPU validation error in ${what}: ${validation.message}`);
@@ -189,39 +261,46 @@ export class GpuContext {
   }
 }
 
-/**
- * Test and bench hooks (not exported from mod.ts): a fault to inject into the next error-scope
- * check, and a transform applied to the shader text when the next device is created (the
- * ablation profile of bench/ablate.ts).
- */
-export const testFaults: {
-  nextScopeError: "out-of-memory" | null;
-  shaderTransform: ((code: string) => string) | null;
-} = { nextScopeError: null, shaderTransform: null };
-
 let current: Promise<GpuContext> | null = null;
 let ready: GpuContext | null = null;
 let unavailable: string | null = null;
 let lastLoss: string | null = null;
 
-/** The WGSL files of the module, joined in this order after the generated header. */
-const SHADER_FILES = ["../chunk.wgsl", "./scans.wgsl", "./intra_backward.wgsl"] as const;
+/** A repository-relative name of a WGSL file, for messages ("kda/chunk.wgsl"). */
+function fileName(url: URL): string {
+  const at = url.pathname.lastIndexOf("/kda/");
+  return at >= 0 ? url.pathname.slice(at + 1) : url.pathname;
+}
 
-/** The module's source, and where each part starts (line numbers, 1-based) for messages. */
-async function loadShader(): Promise<{ code: string; parts: { name: string; line: number }[] }> {
-  let code = wgslHeader() + wgslAccessors();
-  const parts = [{ name: "the generated header and accessors", line: 1 }];
-  for (const file of SHADER_FILES) {
-    const url = new URL(file, import.meta.url);
+/**
+ * A kernel set's WGSL module: the header generated from the set, its accessors, the shared files
+ * it includes by name, then its own files; and where each part starts (1-based lines) for
+ * messages.
+ */
+async function setSource(
+  set: KernelSet,
+): Promise<{ code: string; parts: { name: string; line: number }[] }> {
+  let code = wgslHeader(set) + wgslAccessors(set.accessors);
+  const parts = [{ name: `the generated header and accessors of ${set.name}`, line: 1 }];
+  const includes = set.include.map((name) => {
+    const url = SHARED_WGSL[name];
+    if (url === undefined) {
+      throw new Error(
+        `The kernel set ${set.name} includes ${name}, which is not shared WGSL: expected one of ` +
+          Object.keys(SHARED_WGSL).join(", "),
+      );
+    }
+    return url;
+  });
+  for (const url of [...includes, ...set.files]) {
     const response = await fetch(url);
     if (!response.ok) throw new Error(`Cannot load ${url.href}: HTTP ${response.status}`);
-    const name = file.startsWith("../") ? `kda/${file.slice(3)}` : `kda/gpu/${file.slice(2)}`;
-    parts.push({ name, line: code.split("\n").length });
+    parts.push({ name: fileName(url), line: code.split("\n").length });
     code += await response.text();
     if (!code.endsWith("\n")) code += "\n";
   }
-  const transformed = testFaults.shaderTransform === null ? code : testFaults.shaderTransform(code);
-  return { code: transformed, parts };
+  const transform = gpuDebug.shaderTransform;
+  return { code: transform === null ? code : transform(code, set.name), parts };
 }
 
 /** "file:line" of a line of the joined module. */
@@ -230,8 +309,68 @@ function sourceLine(parts: { name: string; line: number }[], line: number): stri
   return `${part.name}:${line - part.line + 1}`;
 }
 
-function need(have: number, want: number, what: string): void {
-  if (have < want) throw new Error(`The adapter offers ${have} ${what}, the kernels need ${want}`);
+async function compileSet(ctx: GpuContext, set: KernelSet): Promise<CompiledSet> {
+  const { device } = ctx;
+  const { code, parts } = await setSource(set);
+  const module = await ctx.scoped(
+    `shader module creation for the kernel set ${set.name}`,
+    () => device.createShaderModule({ label: `kda kernels ${set.name}`, code }),
+  ).catch((error) => {
+    // a parse error names lines of the joined module: name the file and its own line instead
+    if (!(error instanceof GpuError)) throw error;
+    throw new GpuError(
+      error.kind,
+      error.message.replace(
+        /wgsl:(\d+):(\d+)/g,
+        (_, line, col) => `${sourceLine(parts, Number(line))}:${col}`,
+      ),
+    );
+  });
+  const compilation = await module.getCompilationInfo();
+  const errors = compilation.messages.filter((m) => m.type === "error");
+  if (errors.length > 0) {
+    throw new Error(
+      `The kernel set ${set.name}'s WGSL failed to compile: ${
+        errors.map((m) => `${sourceLine(parts, m.lineNum)}:${m.linePos} ${m.message}`).join("; ")
+      }`,
+    );
+  }
+  const layout = await ctx.scoped(
+    `bind group layout of the kernel set ${set.name}`,
+    () =>
+      device.createBindGroupLayout({
+        label: `kda ${set.name}`,
+        entries: [
+          { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } },
+          ...set.bindings.map((b, i) => ({
+            binding: i + 1,
+            visibility: GPUShaderStage.COMPUTE,
+            buffer: { type: b.type },
+          })),
+        ],
+      }),
+  );
+  const pipelineLayout = device.createPipelineLayout({
+    bindGroupLayouts: [layout, ctx.rangeLayout],
+  });
+  const pipelines = new Map<string, GPUComputePipeline>();
+  const entries = [...set.forward.stages, ...(set.backward?.stages ?? [])].map((s) => s.entry);
+  for (const entry of new Set(entries)) {
+    // One pipeline per entry point, whatever the shape: shapes travel as uniforms.
+    pipelines.set(
+      entry,
+      await ctx.scoped(
+        `pipeline creation for ${set.name}.${entry}`,
+        () =>
+          device.createComputePipeline({
+            label: `${set.name}.${entry}`,
+            layout: pipelineLayout,
+            compute: { module, entryPoint: entry },
+          }),
+      ),
+    );
+  }
+  return { set, layout, pipelines };
 }
 
 /**
@@ -254,6 +393,9 @@ function settleRuntimeDir(): void {
   }
 }
 
+/** Features worth asking for when the adapter has them: timing, and f16 for sets that use it. */
+const WANTED_FEATURES: readonly GPUFeatureName[] = ["timestamp-query", "shader-f16"];
+
 async function createContext(): Promise<GpuContext> {
   if (typeof navigator === "undefined" || navigator.gpu === undefined) {
     throw new Error("WebGPU is not available in this runtime (navigator.gpu is undefined)");
@@ -270,13 +412,10 @@ async function createContext(): Promise<GpuContext> {
     maxComputeInvocationsPerWorkgroup: a.maxComputeInvocationsPerWorkgroup,
     maxComputeWorkgroupsPerDimension: a.maxComputeWorkgroupsPerDimension,
   };
-  need(limits.maxComputeWorkgroupStorageSize, WORKGROUP_BYTES, "bytes of workgroup memory");
-  need(limits.maxStorageBuffersPerShaderStage, STORAGE_BINDINGS, "storage buffers per stage");
-  need(limits.maxComputeInvocationsPerWorkgroup, WORKGROUP_SIZE, "invocations per workgroup");
-  const timestamps = adapter.features.has("timestamp-query");
+  const features = WANTED_FEATURES.filter((f) => adapter.features.has(f));
   const device = await adapter.requestDevice({
-    requiredLimits: { ...limits, maxComputeWorkgroupSizeX: WORKGROUP_SIZE },
-    requiredFeatures: timestamps ? ["timestamp-query"] : [],
+    requiredLimits: { ...limits, maxComputeWorkgroupSizeX: a.maxComputeWorkgroupSizeX },
+    requiredFeatures: features,
   });
   const ai = adapter.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };
   const description = ai.description || ai.device || "unknown adapter";
@@ -287,7 +426,7 @@ async function createContext(): Promise<GpuContext> {
     device: ai.device ?? "",
     software: ai.isFallbackAdapter === true ||
       SOFTWARE.test(`${description} ${ai.device ?? ""} ${ai.architecture ?? ""}`),
-    timestamps,
+    timestamps: features.includes("timestamp-query"),
     limits,
   };
   device.addEventListener("uncapturederror", (event) => {
@@ -295,73 +434,7 @@ async function createContext(): Promise<GpuContext> {
     const error = (event as GPUUncapturedErrorEvent).error;
     console.error(`Uncaptured GPU error: ${error?.message ?? error}`);
   });
-  const ctx = new GpuContext(device, info);
-  try {
-    const { code, parts } = await loadShader();
-    const module = await ctx.scoped(
-      "shader module creation",
-      () => device.createShaderModule({ label: "kda/chunk.wgsl", code }),
-    ).catch((error) => {
-      // a parse error names lines of the joined module: name the file and its own line instead
-      if (!(error instanceof GpuError)) throw error;
-      throw new GpuError(
-        error.kind,
-        error.message.replace(
-          /wgsl:(\d+):(\d+)/g,
-          (_, line, col) => `${sourceLine(parts, Number(line))}:${col}`,
-        ),
-      );
-    });
-    const compilation = await module.getCompilationInfo();
-    const errors = compilation.messages.filter((m) => m.type === "error");
-    if (errors.length > 0) {
-      throw new Error(
-        `The gpu arm's WGSL failed to compile: ${
-          errors.map((m) => `${sourceLine(parts, m.lineNum)}:${m.linePos} ${m.message}`)
-            .join("; ")
-        }`,
-      );
-    }
-    await ctx.scoped("bind group layout creation", () => {
-      ctx.layout = device.createBindGroupLayout({
-        label: "kda",
-        entries: BINDINGS.map((b, binding) => ({
-          binding,
-          visibility: GPUShaderStage.COMPUTE,
-          buffer: { type: b.type },
-        })),
-      });
-      ctx.rangeLayout = device.createBindGroupLayout({
-        label: "kda chunk range",
-        entries: [{
-          binding: 0,
-          visibility: GPUShaderStage.COMPUTE,
-          buffer: { type: "uniform", hasDynamicOffset: true, minBindingSize: RANGE_BYTES },
-        }],
-      });
-    });
-    const pipelineLayout = device.createPipelineLayout({
-      bindGroupLayouts: [ctx.layout, ctx.rangeLayout],
-    });
-    for (const stage of STAGES) {
-      // One pipeline per entry point, whatever the shape: shapes travel as uniforms.
-      const pipeline = await ctx.scoped(
-        `pipeline creation for stage ${stage}`,
-        () =>
-          device.createComputePipeline({
-            label: stage,
-            layout: pipelineLayout,
-            compute: { module, entryPoint: stage },
-          }),
-      );
-      ctx.pipelines.set(stage, pipeline);
-    }
-    ctx.placeholder = createBuffer(device, "placeholder", 16, GPUBufferUsage.STORAGE);
-  } catch (error) {
-    device.destroy();
-    throw error;
-  }
-  return ctx;
+  return new GpuContext(device, info, new Set(features));
 }
 
 let exitHook = false;

@@ -1,42 +1,46 @@
-// The `gpu` arm of the KDA op: WebGPU kernels in kda/chunk.wgsl, f32 only.
+// The `gpu` arm of the KDA op: WebGPU kernel sets, f32 compute.
 //
-//   device.ts     the device context (adapter, device, pipelines, lost state)
-//   layout.ts     pure: plan, buffer regions, limits, scan ranges, parameters, the WGSL header
-//   accessors.ts  pure: the WGSL vec4 accessors, generated per buffer
-//   buffers.ts    buffer ownership, the live count and the optional pool
-//   passes.ts     encode passes, submit, read back (shared by forward and backward)
-//   calls.ts      one forward or backward call: allocate and upload, run, free
-//   tensor.ts     GpuTensor, DeviceTensor and the host-sync count
-//   resident.ts   calls on GpuTensors: copies in and out on the GPU, no readback
+//   kernel_set.ts  what a kernel set declares, and the registry of sets by name
+//   kernels/       the sets of the package (fused/, ...), the shared WGSL and the glue WGSL,
+//                  and the rule that picks a set when a call names none (kernels/mod.ts)
+//   layout.ts      pure: the size algebra, a set's plan and limits, parameters, its WGSL header
+//   accessors.ts   pure: the WGSL vec4 accessors, generated per buffer from a set's table
+//   device.ts      the device context (adapter, device, each set's pipelines, lost state)
+//   buffers.ts     buffer ownership, the live count and the optional pool
+//   encode.ts      encode passes, submit, read back (any set, either direction)
+//   job.ts         one forward or backward of a set on device tensors
+//   glue.ts        grouped value heads and packed batches for sets that do not take them
+//   call.ts        the one road: upload, the job, one readback (none for device tensors)
+//   tensor.ts      GpuTensor, DeviceTensor and the host-sync count
+//   _debug.ts      switches for tests and benchmarks
 //
-// A forward is one submit and one readback, a backward likewise (none on GpuTensors). What the
+// A forward is one submit and (from typed arrays) one readback, a backward likewise. What the
 // backward needs stays on the GPU in a GpuSaved handle, valid for any number of backward calls
 // until it is released.
 
-import type { ChunkSize, KdaDims, KdaGrads, KdaProblem } from "../_types.ts";
+import type { ChunkSize, KdaDims } from "../_types.ts";
 import { gpuLiveBuffers, gpuPool, type GpuPoolStatus, gpuSettled } from "./buffers.ts";
 import { gpuSyncs } from "./tensor.ts";
-import { assertUsable, BackwardJob, ForwardJob, type GpuSaved, SavedState } from "./calls.ts";
-import {
-  getContext,
-  type GpuContext,
-  type GpuInfo,
-  lastDeviceLoss,
-  readyContext,
-} from "./device.ts";
-import { limitProblem, makePlan, scaleProblem, shapeProblem } from "./layout.ts";
+import type { GpuSaved } from "./job.ts";
+import { getContext, type GpuInfo, lastDeviceLoss, readyContext } from "./device.ts";
+import { kernelSet } from "./kernel_set.ts";
+import { callProblem } from "./call.ts";
+import { chooseKernels } from "./kernels/mod.ts";
 
 export { gpuLiveBuffers, gpuPool, type GpuPoolStatus, gpuSettled };
 export type { GpuInfo, GpuSaved };
 export { GpuError, type GpuErrorKind } from "./device.ts";
+export { type GpuArray, gpuBackward, gpuForward } from "./call.ts";
+export { kernelSet, kernelSetNames } from "./kernel_set.ts";
+export { chooseKernels };
 
 /** Whether the gpu arm can run here: the adapter's info, or the reason it cannot. */
 export type GpuStatus = { available: true; info: GpuInfo } | { available: false; reason: string };
 
 /**
  * Whether the gpu arm can run here. The first call creates the device (lazily, requesting the
- * adapter's own limits, and `timestamp-query` when offered); after a device loss, the next call
- * creates a fresh one.
+ * adapter's own limits, and `timestamp-query` and `shader-f16` when offered); after a device
+ * loss, the next call creates a fresh one.
  *
  * @returns `{ available: true, info }` with the adapter's description, kind (`info.software`) and
  *   limits, or `{ available: false, reason }` with a readable reason.
@@ -57,14 +61,16 @@ export async function gpuStatus(): Promise<GpuStatus> {
 }
 
 /**
- * Why the gpu arm cannot run a problem, or null when it can. Synchronous: call it after
- * {@linkcode gpuStatus} reported the device available (the answer depends on its limits).
+ * Why the gpu arm cannot run a problem with a kernel set, or null when it can. Synchronous: call
+ * it after {@linkcode gpuStatus} reported the device available (the answer depends on its limits).
  *
- * @param dims B, T, H, K, V of the problem, and its resolved `scale` if known.
+ * @param dims B, T, H, K, V of the problem, and its resolved `scale`, grouped value heads `HV`
+ *   and packed offsets `cuSeqlens` if any.
  * @param chunkSize The chunk size the forward and backward would use.
+ * @param kernels The kernel set (default: the rule's choice).
  * @returns null when the problem runs, else a readable reason: no device or a lost one, a bad
- *   shape, K or V over 256, a scale that is not finite in f32, or a buffer over the device's
- *   storage binding limit (saying what does fit).
+ *   shape, K or V over 256, a scale that is not finite in f32, a set the device cannot run, or a
+ *   buffer over the device's storage binding limit (saying what does fit).
  *
  * @example
  * ```ts
@@ -74,26 +80,14 @@ export async function gpuStatus(): Promise<GpuStatus> {
  * ```
  */
 export function gpuUnsupportedReason(
-  dims: KdaDims & { scale?: number },
+  dims: KdaDims & { scale?: number; HV?: number; cuSeqlens?: Int32Array },
   chunkSize: ChunkSize,
+  kernels?: string,
 ): string | null {
   const ctx = readyContext();
   if (typeof ctx === "string") return ctx;
-  return problemOf(ctx, dims, chunkSize);
-}
-
-function problemOf(
-  ctx: GpuContext,
-  dims: KdaDims & { scale?: number },
-  chunkSize: number,
-): string | null {
-  const shape = shapeProblem(dims, chunkSize);
-  if (shape !== null) return shape;
-  if (dims.scale !== undefined) {
-    const scale = scaleProblem(dims.scale);
-    if (scale !== null) return scale;
-  }
-  return limitProblem(makePlan(dims, chunkSize as ChunkSize), ctx.info.limits);
+  const set = kernelSet(chooseKernels(kernels).name);
+  return callProblem(ctx, set, { scale: 1, ...dims }, chunkSize);
 }
 
 /**
@@ -125,152 +119,4 @@ export async function gpuDiagnostics(): Promise<{
     adapter: status.available ? status.info : null,
     lastDeviceLoss: lastDeviceLoss(),
   };
-}
-
-function checkArray(name: string, value: unknown, expected: number, dims: string): Float32Array {
-  if (!(value instanceof Float32Array)) {
-    const actual = value === undefined || value === null
-      ? String(value)
-      : (value as object).constructor?.name ?? typeof value;
-    throw new TypeError(`${name} must be a Float32Array: got ${actual}`);
-  }
-  if (value.length !== expected) {
-    throw new RangeError(`${name} must have ${expected} elements ${dims}: got ${value.length}`);
-  }
-  return value;
-}
-
-/**
- * The chunked KDA forward on the GPU, in f32: one submit, one readback.
- *
- * @param x The problem with Float32Array fields (q, k, g [B,T,H,K]; v [B,T,H,V]; beta [B,T,H];
- *   optional h0 [B,H,K,V]) and the resolved scale.
- * @param options `chunkSize` (16, 32 or 64); `saveForBackward` keeps what
- *   {@linkcode gpuBackward} needs on the GPU; `prefillNaN` fills every output and scratch buffer
- *   with NaN first, so that a missing write cannot pass as a zero (for tests).
- * @returns `o` [B,T,H,V] and `ht` [B,H,K,V], each owning its ArrayBuffer, and `saved` when
- *   `saveForBackward` was set (release it when no more backward calls will come).
- * @throws {TypeError} When an array is not a Float32Array.
- * @throws {RangeError} When a length, the shape or the scale is wrong, or the shape exceeds a
- *   device limit.
- * @throws {Error} When no GPU is available; a {@linkcode GpuError} on a GPU error or device loss.
- *
- * @example
- * ```ts
- * const B = 1, T = 20, H = 1, K = 4, V = 4;
- * const { o, ht } = await gpuForward({
- *   B, T, H, K, V, scale: 0.5,
- *   q: new Float32Array(B * T * H * K).fill(0.1),
- *   k: new Float32Array(B * T * H * K).fill(0.5),
- *   v: new Float32Array(B * T * H * V).fill(1),
- *   g: new Float32Array(B * T * H * K).fill(-0.1),
- *   beta: new Float32Array(B * T * H).fill(0.5),
- * }, { chunkSize: 16 });
- * console.log(o.length, ht.length); // 80 16
- * ```
- */
-export async function gpuForward(
-  x: KdaProblem<Float32Array>,
-  options: { chunkSize: ChunkSize; saveForBackward?: boolean; prefillNaN?: boolean },
-): Promise<{ o: Float32Array; ht: Float32Array; saved?: GpuSaved }> {
-  const shape = shapeProblem(x, options?.chunkSize);
-  if (shape !== null) throw new RangeError(shape);
-  const scale = scaleProblem(x.scale);
-  if (scale !== null) throw new RangeError(scale);
-  const ctx = await getContext();
-  const limit = limitProblem(makePlan(x, options.chunkSize), ctx.info.limits);
-  if (limit !== null) throw new RangeError(limit);
-  const { B, T, H, K, V } = x;
-  const checked: KdaProblem<Float32Array> = {
-    B,
-    T,
-    H,
-    K,
-    V,
-    scale: x.scale,
-    q: checkArray("q", x.q, B * T * H * K, "[B, T, H, K]"),
-    k: checkArray("k", x.k, B * T * H * K, "[B, T, H, K]"),
-    v: checkArray("v", x.v, B * T * H * V, "[B, T, H, V]"),
-    g: checkArray("g", x.g, B * T * H * K, "[B, T, H, K]"),
-    beta: checkArray("beta", x.beta, B * T * H, "[B, T, H]"),
-    ...(x.h0 !== undefined ? { h0: checkArray("h0", x.h0, B * H * K * V, "[B, H, K, V]") } : {}),
-  };
-  const job = await ForwardJob.create(ctx, checked, options);
-  try {
-    const { o, ht } = await job.run();
-    if (options.saveForBackward !== true) return { o, ht };
-    return { o, ht, saved: job.takeSaved() };
-  } finally {
-    job.destroy();
-  }
-}
-
-/**
- * The chunked KDA backward on the GPU, in f32: one submit, one readback. `saved` stays valid: any
- * number of backward calls may run on it, concurrently or not, each with its own cotangent and
- * scratch buffers (the same inputs give the same bits), until `saved.release()`.
- *
- * @param saved The handle returned by {@linkcode gpuForward} with `saveForBackward: true`.
- * @param cotangents `dout` [B,T,H,V] and optional `dht` [B,H,K,V] (absent means zero).
- * @param options `prefillNaN` fills every output and scratch buffer with NaN first (for tests).
- * @returns `dq, dk, dv, dg, dbeta, dh0`, each a Float32Array owning its ArrayBuffer.
- * @throws {TypeError} When `saved` is not a handle from gpuForward or a cotangent is not a
- *   Float32Array.
- * @throws {RangeError} When a cotangent has the wrong length.
- * @throws {Error} When `saved` was released (the tape that recorded the forward was disposed);
- *   a {@linkcode GpuError} when the forward's device was lost or a GPU error occurred.
- *
- * @example
- * ```ts
- * const B = 1, T = 20, H = 1, K = 4, V = 4;
- * const { saved } = await gpuForward({
- *   B, T, H, K, V, scale: 0.5,
- *   q: new Float32Array(B * T * H * K).fill(0.1),
- *   k: new Float32Array(B * T * H * K).fill(0.5),
- *   v: new Float32Array(B * T * H * V).fill(1),
- *   g: new Float32Array(B * T * H * K).fill(-0.1),
- *   beta: new Float32Array(B * T * H).fill(0.5),
- * }, { chunkSize: 16, saveForBackward: true });
- * const grads = await gpuBackward(saved!, { dout: new Float32Array(B * T * H * V).fill(1) });
- * saved!.release();
- * console.log(grads.dq.length); // 80
- * ```
- */
-export async function gpuBackward(
-  saved: GpuSaved,
-  cotangents: { dout: Float32Array; dht?: Float32Array },
-  options: { prefillNaN?: boolean } = {},
-): Promise<KdaGrads<Float32Array>> {
-  if (!(saved instanceof SavedState)) {
-    throw new TypeError("saved must be the handle returned by gpuForward: got another object");
-  }
-  const { plan } = saved;
-  const dout = checkArray(
-    "dout",
-    cotangents?.dout,
-    plan.B * plan.T * plan.H * plan.V,
-    "[B, T, H, V]",
-  );
-  const dht = cotangents.dht === undefined
-    ? undefined
-    : checkArray("dht", cotangents.dht, plan.B * plan.H * plan.K * plan.V, "[B, H, K, V]");
-  assertUsable(saved, readyContextOr(saved));
-  saved.acquire();
-  try {
-    const job = await BackwardJob.create(saved, dout, dht, options.prefillNaN === true);
-    try {
-      const [dq, dk, dv, dg, dbeta, dh0] = (await job.run()).arrays;
-      return { dq, dk, dv, dg, dbeta, dh0 };
-    } finally {
-      job.destroy();
-    }
-  } finally {
-    saved.unacquire();
-  }
-}
-
-/** The current live context, or `saved`'s own if none is ready (assertUsable then explains). */
-function readyContextOr(saved: SavedState): GpuContext {
-  const ctx = readyContext();
-  return typeof ctx === "string" ? saved.ctx : ctx;
 }

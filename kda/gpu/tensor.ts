@@ -6,6 +6,7 @@
 import { getContext, type GpuContext, GpuError } from "./device.ts";
 import { BufferSet, createBuffer, destroyBuffer, recycleBuffer, upload } from "./buffers.ts";
 import { typeName } from "../../base/check.ts";
+import { bytesOf } from "./layout.ts";
 
 let syncs = 0;
 
@@ -130,7 +131,7 @@ export class DeviceTensor implements GpuTensor {
   async read(): Promise<Float32Array> {
     const source = this.buffer;
     const ctx = this.#ctx;
-    const bytes = this.size * 4;
+    const bytes = bytesOf(this.size, "f32");
     const staging = createBuffer(
       ctx.device,
       "DeviceTensor.read staging",

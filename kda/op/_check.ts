@@ -1,6 +1,10 @@
-// Every argument check of the package's public boundary, in one message style:
+// Every argument check of the op's public boundary, in one message style:
 //   "<argument> must <expectation>: got <actual>"
-// The arms behind the seam assert their invariants but do not validate again.
+// One check serves both kinds of input: typed arrays (checked element by element, and copied, so
+// that a pending call computes on exactly the values that passed) and GpuTensors (checked as far
+// as the host can see them: shape, dtype, buffer size and usage; reading their elements would be
+// the host sync those calls exist to avoid). The arms behind the seam assert their invariants but
+// do not validate again.
 
 import {
   type ChunkSize,
@@ -10,6 +14,10 @@ import {
   MAX_HEAD_DIM,
 } from "../_types.ts";
 import { type ComputeDType, computeDtypeOf } from "../../base/dtype.ts";
+import { DeviceTensor, type GpuTensor, isGpuTensor } from "../gpu/tensor.ts";
+import { bytesOf } from "../gpu/layout.ts";
+import { kernelSet } from "../gpu/kernel_set.ts";
+import "../gpu/kernels/mod.ts";
 import {
   checkKnownKeys,
   checkObject,
@@ -50,6 +58,125 @@ export function checkFloatArray(
     }
   }
 }
+
+/**
+ * A copy of one array argument, checked as {@linkcode checkFloatArray} checks (the copy is what
+ * is checked and what the call computes on, so that a change to the caller's array while the
+ * call is pending cannot reach it).
+ */
+function checkedCopy(
+  name: string,
+  x: unknown,
+  length: number,
+  dtype: ComputeDType,
+  shapeText: string,
+): Float {
+  const want = dtype === "f64" ? Float64Array : Float32Array;
+  if (!(x instanceof want)) {
+    throw new TypeError(`${name} must be a ${want.name} like the other arrays: got ${typeName(x)}`);
+  }
+  const copy = x.slice();
+  checkFloatArray(name, copy, length, dtype, shapeText);
+  return copy;
+}
+
+/** Throws unless every entry of a checked gate array is a log decay (≤ 0). */
+function checkGates(name: string, g: Float): void {
+  for (let i = 0; i < g.length; i++) {
+    if (g[i] > 0) {
+      throw new RangeError(`${name} must be <= 0 (a log decay): got ${g[i]} at index ${i}`);
+    }
+  }
+}
+
+/**
+ * Whether a call's arrays live on the device: all GpuTensors (true), all host arrays (false), or
+ * a mix (a TypeError naming one of each).
+ *
+ * @param x The arguments object.
+ * @param keys Its array fields.
+ * @param what The argument's name, for messages.
+ * @returns Whether the call runs on device tensors.
+ * @example
+ * ```ts
+ * onDevice({ q: new Float32Array(4) }, ["q"], "inputs"); // false
+ * ```
+ */
+export function onDevice(
+  x: Record<string, unknown>,
+  keys: readonly string[],
+  what: string,
+): boolean {
+  const present = keys.filter((k) => x[k] !== undefined);
+  const device = present.filter((k) => isGpuTensor(x[k]));
+  if (device.length === 0) return false;
+  const host = present.find((k) => !isGpuTensor(x[k]));
+  if (host !== undefined) {
+    throw new TypeError(
+      `${what}.${host} must be a GpuTensor like ${what}.${device[0]} (all arrays on the device ` +
+        `or none): got ${typeName(x[host])}`,
+    );
+  }
+  return true;
+}
+
+/** Throws unless `value` is a live f32 GpuTensor of exactly `shape` whose buffer can be copied. */
+function checkGpuTensor(
+  name: string,
+  value: unknown,
+  shape: readonly number[],
+  shapeText: string,
+): GpuTensor {
+  if (value instanceof DeviceTensor && value.released) {
+    throw new RangeError(`${name} must be a live tensor: got a released DeviceTensor`);
+  }
+  if (!isGpuTensor(value)) {
+    throw new TypeError(
+      `${name} must be a GpuTensor like the other arrays: got ${typeName(value)}`,
+    );
+  }
+  if (value.dtype !== "f32") {
+    throw new TypeError(`${name}.dtype must be "f32": got ${String(value.dtype)}`);
+  }
+  const got = Array.isArray(value.shape) ? value.shape : [];
+  if (got.length !== shape.length || got.some((n, i) => n !== shape[i])) {
+    throw new RangeError(
+      `${name}.shape must be ${shapeText} = [${shape.join(", ")}]: got ${
+        Array.isArray(value.shape) ? `[${value.shape.join(", ")}]` : typeName(value.shape)
+      }`,
+    );
+  }
+  const bytes = bytesOf(shape.reduce((a, b) => a * b, 1), "f32");
+  if (value.buffer.size < bytes) {
+    throw new RangeError(
+      `${name}.buffer must hold at least ${bytes} bytes: got ${value.buffer.size}`,
+    );
+  }
+  if ((value.buffer.usage & GPUBufferUsage.COPY_SRC) === 0) {
+    throw new TypeError(
+      `${name}.buffer must have COPY_SRC usage (the kernels may read a copy): got usage ` +
+        `${value.buffer.usage}`,
+    );
+  }
+  return value;
+}
+
+/** How a call's arrays are checked: host arrays of a dtype, or GpuTensors. */
+type ArrayKind = { device: false; dtype: ComputeDType } | { device: true };
+
+/** One array of a call, checked for its kind: a checked copy, or the GpuTensor itself. */
+function checkArray(
+  name: string,
+  x: unknown,
+  shape: readonly number[],
+  shapeText: string,
+  kind: ArrayKind,
+): Float | GpuTensor {
+  if (kind.device) return checkGpuTensor(name, x, shape, shapeText);
+  return checkedCopy(name, x, shape.reduce((a, b) => a * b, 1), kind.dtype, shapeText);
+}
+
+const ARRAY_KEYS = ["q", "k", "v", "g", "beta", "h0"] as const;
 
 const INPUT_KEYS = [
   "B",
@@ -111,7 +238,7 @@ export function checkCuSeqlens(value: unknown, B: number, T: number): Int32Array
   if (last !== T) {
     throw new RangeError(`inputs.cuSeqlens must end at inputs.T = ${T}: got ${last}`);
   }
-  return value;
+  return value.slice();
 }
 
 /**
@@ -132,83 +259,88 @@ function checkHeads(
   return { H, K, V, HV };
 }
 
+/** A checked call: its problem on host arrays (checked copies) or on GpuTensors. */
+export type CheckedInputs =
+  | { device: false; problem: KdaProblem<Float>; dtype: ComputeDType }
+  | { device: true; problem: KdaProblem<GpuTensor>; dtype: "f32" };
+
 /**
- * Validates the raw inputs of the op once, at the public boundary.
+ * Validates the raw inputs of the op once, at the public boundary, for either kind of input.
  *
  * @param inputs What the caller passed.
- * @returns The problem the arms see (scale resolved) and its dtype.
+ * @returns The problem the arms see (scale resolved; host arrays copied as checked) and its dtype.
  */
-export function checkKdaInputs(inputs: unknown): { problem: KdaProblem; dtype: ComputeDType } {
+export function checkKdaInputs(inputs: unknown): CheckedInputs {
   const x = checkObject("inputs", inputs);
   checkKnownKeys("inputs", x, INPUT_KEYS);
+  const device = onDevice(x, ARRAY_KEYS, "inputs");
   const B = checkPositiveInt("inputs.B", x.B);
   const T = checkPositiveInt("inputs.T", x.T);
   const { H, K, V, HV } = checkHeads("inputs", x);
   const cuSeqlens = x.cuSeqlens === undefined ? undefined : checkCuSeqlens(x.cuSeqlens, B, T);
   const N = cuSeqlens === undefined ? B : cuSeqlens.length - 1;
   const hv = x.HV === undefined ? "H" : "HV", n = cuSeqlens === undefined ? "B" : "N";
-  const dtype = computeDtypeOf(x.q, "inputs.q");
-  checkFloatArray("inputs.q", x.q, B * T * H * K, dtype, "[B, T, H, K]");
-  checkFloatArray("inputs.k", x.k, B * T * H * K, dtype, "[B, T, H, K]");
-  checkFloatArray("inputs.v", x.v, B * T * HV * V, dtype, `[B, T, ${hv}, V]`);
-  checkFloatArray("inputs.g", x.g, B * T * HV * K, dtype, `[B, T, ${hv}, K]`);
-  const g = x.g;
-  for (let i = 0; i < g.length; i++) {
-    if (g[i] > 0) {
-      throw new RangeError(`inputs.g must be <= 0 (a log decay): got ${g[i]} at index ${i}`);
-    }
-  }
-  checkFloatArray("inputs.beta", x.beta, B * T * HV, dtype, `[B, T, ${hv}]`);
-  if (x.h0 !== undefined) {
-    checkFloatArray("inputs.h0", x.h0, N * HV * K * V, dtype, `[${n}, ${hv}, K, V]`);
-  }
+  const dtype = device ? "f32" : computeDtypeOf(x.q, "inputs.q");
+  const kind: ArrayKind = device ? { device: true } : { device: false, dtype };
+  const array = (name: string, shape: number[], labels: string) =>
+    checkArray(`inputs.${name}`, x[name], shape, labels, kind);
+  const q = array("q", [B, T, H, K], "[B, T, H, K]");
+  const k = array("k", [B, T, H, K], "[B, T, H, K]");
+  const v = array("v", [B, T, HV, V], `[B, T, ${hv}, V]`);
+  const g = array("g", [B, T, HV, K], `[B, T, ${hv}, K]`);
+  if (!device) checkGates("inputs.g", g as Float);
+  const beta = array("beta", [B, T, HV], `[B, T, ${hv}]`);
+  const h0 = x.h0 === undefined ? undefined : array("h0", [N, HV, K, V], `[${n}, ${hv}, K, V]`);
   const scale = x.scale === undefined ? K ** -0.5 : x.scale;
   if (typeof scale !== "number" || !Number.isFinite(scale)) {
     throw new RangeError(`inputs.scale must be a finite number: got ${String(scale)}`);
   }
-  const problem: KdaProblem = {
+  const problem = {
     B,
     T,
     H,
     K,
     V,
-    q: x.q,
-    k: x.k,
-    v: x.v,
+    q,
+    k,
+    v,
     g,
-    beta: x.beta,
+    beta,
     scale,
-    ...(x.h0 !== undefined ? { h0: x.h0 as Float } : {}),
+    ...(h0 !== undefined ? { h0 } : {}),
     ...(HV !== H ? { HV } : {}),
     ...(cuSeqlens !== undefined ? { cuSeqlens } : {}),
   };
-  return { problem, dtype };
+  return device
+    ? { device, problem: problem as KdaProblem<GpuTensor>, dtype: "f32" }
+    : { device, problem: problem as KdaProblem<Float>, dtype };
 }
 
 /**
- * Validates the cotangents of the op's outputs for a checked problem.
+ * Validates the cotangents of the op's outputs for a checked problem, of the problem's kind.
  *
  * @param cotangents What the caller passed.
- * @param problem The checked problem.
- * @param dtype Its dtype.
- * @returns The cotangents, typed.
+ * @param checked The checked inputs.
+ * @returns The cotangents: checked copies, or GpuTensors.
  */
-export function checkKdaCotangents(
+export function checkKdaCotangents<A extends Float | GpuTensor>(
   cotangents: unknown,
-  problem: KdaProblem,
-  dtype: ComputeDType,
-): KdaCotangents {
+  checked: { problem: KdaProblem<A>; dtype: ComputeDType; device: boolean },
+): KdaCotangents<A> {
   const c = checkObject("cotangents", cotangents);
   checkKnownKeys("cotangents", c, ["dout", "dht"]);
+  const { problem, dtype, device } = checked;
   const { B, T, K, V } = problem;
   const HV = problem.HV ?? problem.H;
   const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
   const hv = problem.HV === undefined ? "H" : "HV", n = problem.cuSeqlens === undefined ? "B" : "N";
-  checkFloatArray("cotangents.dout", c.dout, B * T * HV * V, dtype, `[B, T, ${hv}, V]`);
-  if (c.dht !== undefined) {
-    checkFloatArray("cotangents.dht", c.dht, N * HV * K * V, dtype, `[${n}, ${hv}, K, V]`);
-  }
-  return { dout: c.dout, ...(c.dht !== undefined ? { dht: c.dht as Float } : {}) };
+  onDevice(c, ["dout", "dht"], "cotangents");
+  const kind: ArrayKind = device ? { device: true } : { device: false, dtype };
+  const dout = checkArray("cotangents.dout", c.dout, [B, T, HV, V], `[B, T, ${hv}, V]`, kind);
+  const dht = c.dht === undefined
+    ? undefined
+    : checkArray("cotangents.dht", c.dht, [N, HV, K, V], `[${n}, ${hv}, K, V]`, kind);
+  return { dout: dout as A, ...(dht !== undefined ? { dht: dht as A } : {}) };
 }
 
 /** The validated options of one op call. */
@@ -216,8 +348,27 @@ export interface CheckedOptions {
   arm?: string;
   /** Absent: each chunked arm takes its measured default (DEFAULT_CHUNK_SIZES). */
   chunkSize?: ChunkSize;
+  /** The gpu arm's kernel set (the option, else KDA_GPU_KERNELS); absent: its rule picks one. */
+  kernels?: string;
   strict?: boolean;
   quiet?: boolean;
+}
+
+/** The environment variable that names the gpu arm's kernel set for calls that name none. */
+export const KERNELS_ENV = "KDA_GPU_KERNELS";
+
+/** The kernel set a call names: its option, else the environment, checked against the sets. */
+function checkKernels(value: unknown): string | undefined {
+  if (value !== undefined) return kernelSet(value, "options.kernels").name;
+  let state: Deno.PermissionState = "denied";
+  try {
+    state = Deno.permissions.querySync({ name: "env", variable: KERNELS_ENV }).state;
+  } catch {
+    // a runtime without permission queries: the variable cannot be read
+  }
+  if (state !== "granted") return undefined;
+  const env = Deno.env.get(KERNELS_ENV);
+  return env === undefined || env === "" ? undefined : kernelSet(env, KERNELS_ENV).name;
 }
 
 /**
@@ -228,12 +379,14 @@ export interface CheckedOptions {
  */
 export function checkKdaOptions(options: unknown): CheckedOptions {
   const o = checkObject("options", options);
-  checkKnownKeys("options", o, ["arm", "chunkSize", "strict", "quiet"]);
+  checkKnownKeys("options", o, ["arm", "chunkSize", "kernels", "strict", "quiet"]);
+  const kernels = checkKernels(o.kernels);
   return {
     arm: o.arm === undefined ? undefined : o.arm as string,
     chunkSize: o.chunkSize === undefined
       ? undefined
       : checkChunkSize("options.chunkSize", o.chunkSize),
+    ...(kernels !== undefined ? { kernels } : {}),
     strict: checkOptionalBoolean("options.strict", o.strict),
     quiet: checkOptionalBoolean("options.quiet", o.quiet),
   };

@@ -1,8 +1,9 @@
 // The KDA op's three arms, handed to one generic seam: `ops` records the plain recurrence on the
 // tape, `cpu` and `gpu` are fused custom nodes with hand-written chunked backwards. Every input
-// reaching here has been checked once at the public boundary (kda/_check.ts). Grouped value heads
-// are expanded here, before the seam, so no arm sees HV ≠ H (docs/kda.md 2.5); a packed batch
-// (cuSeqlens, docs/kda.md 2.6) reaches every arm, and each handles it natively or by padding.
+// reaching here has been checked once at the public boundary (kda/op/_check.ts). Grouped value
+// heads (HV, docs/kda.md 2.5) and packed batches (cuSeqlens, docs/kda.md 2.6) reach every arm,
+// and each takes them its own way: the ops arm on the tape, the cpu arm on the host, the gpu arm
+// in its kernels or its glue passes. The gpu arm has variants, its kernel sets.
 
 import {
   alloc,
@@ -26,14 +27,16 @@ import { headDimProblem } from "./_check.ts";
 import { recurrentKda } from "../cpu/recurrent.ts";
 import { chunkBackward, chunkForward } from "../chunk.ts";
 import {
+  chooseKernels,
   gpuBackward,
   gpuForward,
   type GpuSaved,
   gpuStatus,
   gpuUnsupportedReason,
+  kernelSet,
 } from "../gpu/mod.ts";
-import { longestSequence, padProblem, padRows, unpadRows } from "../cpu/varlen.ts";
 import { stepForward } from "../cpu/_step_math.ts";
+import { expandHeads, sumHeads } from "../cpu/_heads.ts";
 import { type ComputeDType, computeDtypeOf } from "../../base/dtype.ts";
 
 /**
@@ -48,6 +51,8 @@ export interface KdaRequest extends KdaDims, KdaLayout {
   chunkSize?: ChunkSize;
   /** A decode step (docs/kda.md 2.7): T = 1, inference only. */
   step?: boolean;
+  /** The gpu arm's kernel set; absent, its rule picks one (kda/gpu/kernels/mod.ts). */
+  kernels?: string;
 }
 
 /**
@@ -63,7 +68,7 @@ export const DEFAULT_CHUNK_SIZES: Readonly<{ cpu: ChunkSize; gpu: ChunkSize }> =
 
 function problemOf(request: KdaRequest, inputs: readonly (Data | undefined)[]): KdaProblem {
   const [q, k, v, g, beta, h0] = inputs as (Float | undefined)[];
-  const { B, T, H, K, V, scale, cuSeqlens } = request;
+  const { B, T, H, K, V, scale, cuSeqlens, HV } = request;
   return {
     B,
     T,
@@ -78,7 +83,13 @@ function problemOf(request: KdaRequest, inputs: readonly (Data | undefined)[]): 
     beta: beta!,
     ...(h0 ? { h0 } : {}),
     ...(cuSeqlens ? { cuSeqlens } : {}),
+    ...(HV !== undefined && HV !== H ? { HV } : {}),
   };
+}
+
+/** Value heads of a call. */
+function valueHeads(request: KdaRequest): number {
+  return request.HV ?? request.H;
 }
 
 /** Sequences of a packed call (N), else the batch (B): the leading axis of h0 and ht. */
@@ -99,12 +110,22 @@ const opsArm: CompositeArm<KdaRequest> = {
   kind: "composite",
   dtypes: ["f64", "f32"],
   whyNot: () => null,
-  record(request, [q, k, v, g, beta, h0]) {
+  record(request, inputs) {
+    const [, , v, g, beta, h0] = inputs;
+    let [q, k] = inputs;
+    const HV = valueHeads(request);
+    if (HV !== request.H) {
+      // Grouped value heads: each value head's own copy of its q and k on the tape, whose VJP sums
+      // the gradient of each group.
+      q = repeatHeads(q!, HV / request.H);
+      k = repeatHeads(k!, HV / request.H);
+    }
+    const dims = { ...request, H: HV };
     const cu = request.cuSeqlens;
     if (cu === undefined) {
       const { o, ht } = recurrentKda(
         { q: q!, k: k!, v: v!, g: g!, beta: beta!, h0 },
-        request,
+        dims,
         request.scale,
       );
       return [o, ht];
@@ -124,7 +145,7 @@ const opsArm: CompositeArm<KdaRequest> = {
           beta: cut(beta!),
           h0: h0 === undefined ? undefined : slice(h0, 0, { start: i, end: i + 1 }),
         },
-        { ...request, B: 1, T: cu[i + 1] - cu[i] },
+        { ...dims, B: 1, T: cu[i + 1] - cu[i] },
         request.scale,
       );
       os.push(o);
@@ -138,6 +159,26 @@ interface CpuSaved {
   problem: KdaProblem;
   states: Float;
   chunkSize: ChunkSize;
+  /** Value heads per query/key head, expanded on the host for the chunked kernels. */
+  G: number;
+}
+
+/** A problem with grouped value heads expanded to one query/key head per value head. */
+function expanded(problem: KdaProblem): { problem: KdaProblem; G: number } {
+  const HV = problem.HV ?? problem.H;
+  if (HV === problem.H) return { problem, G: 1 };
+  const { B, T, H, K } = problem;
+  const G = HV / H;
+  const { HV: _, ...rest } = problem;
+  return {
+    problem: {
+      ...rest,
+      H: HV,
+      q: expandHeads(problem.q, B * T, H, G, K),
+      k: expandHeads(problem.k, B * T, H, G, K),
+    },
+    G,
+  };
 }
 
 const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
@@ -146,7 +187,7 @@ const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
   dtypes: ["f64", "f32"],
   whyNot: (request) => headDimProblem(request.K, request.V, "cpu"),
   forward(request, inputs, save) {
-    const problem = problemOf(request, inputs);
+    const { problem, G } = expanded(problemOf(request, inputs));
     if (request.step === true && !save) {
       // A decode step: the recurrence of docs/kda.md 2.1 for one token, no chunk scratch.
       const { o, ht } = stepForward(problem);
@@ -154,14 +195,21 @@ const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
     }
     const chunkSize = request.chunkSize ?? DEFAULT_CHUNK_SIZES.cpu;
     const { o, ht, states } = chunkForward(problem, { chunkSize, saveStates: save });
-    return { outputs: [o, ht], saved: save ? { problem, states: states!, chunkSize } : undefined };
+    return {
+      outputs: [o, ht],
+      saved: save ? { problem, states: states!, chunkSize, G } : undefined,
+    };
   },
-  backward({ problem, states, chunkSize }, [dout, dht]) {
-    const { B, T, H, V } = problem;
+  backward({ problem, states, chunkSize, G }, [dout, dht]) {
+    const { B, T, H, K, V } = problem;
     const grads = chunkBackward(problem, states, {
       dout: (dout ?? alloc(computeDtypeOf(problem.q), B * T * H * V)) as Float,
       ...(dht ? { dht: dht as Float } : {}),
     }, { chunkSize });
+    if (G > 1) {
+      grads.dq = sumHeads(grads.dq, B * T, H / G, G, K);
+      grads.dk = sumHeads(grads.dk, B * T, H / G, G, K);
+    }
     return gradList(grads, problem.h0 !== undefined);
   },
 };
@@ -173,78 +221,52 @@ export function isSoftwareAdapter(info: { description: string; software?: boolea
 
 interface GpuNodeSaved {
   handle: GpuSaved;
-  outputLength: number;
   hasH0: boolean;
-  /** The packed layout the gpu arm ran padded, with its padded length. */
-  packed?: { cuSeqlens: Int32Array; Tmax: number; H: number; K: number; V: number };
-}
-
-/** The gpu arm's dimensions: a packed batch runs padded to [N, Tmax] (see padProblem). */
-function gpuDims(request: KdaRequest): KdaRequest {
-  const cu = request.cuSeqlens;
-  if (cu === undefined) return request;
-  return { ...request, B: cu.length - 1, T: longestSequence(cu), cuSeqlens: undefined };
+  /** Elements of `o`, for a backward that got no cotangent of it. */
+  outputLength: number;
 }
 
 const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
   name: "gpu",
   kind: "fused",
   dtypes: ["f32"],
-  async whyNot(request) {
+  async whyNot(request, _dtype, call) {
     const dims = headDimProblem(request.K, request.V, "gpu");
     if (dims !== null) return dims;
     const status = await gpuStatus();
     if (!status.available) return `the gpu arm is unavailable: ${status.reason}`;
-    const { cuSeqlens: _, ...dimsOnGpu } = gpuDims(request);
-    return gpuUnsupportedReason(dimsOnGpu, request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu);
+    const kernels = chooseKernels(request.kernels).name;
+    if (call.backward && kernelSet(kernels).backward === null) {
+      return `the kernel set ${kernels} has no backward, and this call needs one`;
+    }
+    return gpuUnsupportedReason(request, request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu, kernels);
   },
+  variant: (request) => chooseKernels(request.kernels),
   async forward(request, inputs, save) {
-    // The kernels know no packed layout, so a packed batch runs as a padded [N, Tmax] batch whose
-    // pad rows leave every state and real output unchanged (docs/kda.md 2.6, padProblem).
-    const packed = problemOf(request, inputs) as KdaProblem<Float32Array>;
-    const cu = packed.cuSeqlens;
-    const { problem, Tmax } = cu === undefined
-      ? { problem: packed, Tmax: packed.T }
-      : padProblem(packed) as { problem: KdaProblem<Float32Array>; Tmax: number };
+    const problem = problemOf(request, inputs) as KdaProblem<Float32Array>;
     const { o, ht, saved } = await gpuForward(problem, {
       chunkSize: request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu,
+      kernels: chooseKernels(request.kernels).name,
       saveForBackward: save,
     });
-    const { H, K, V } = request;
     return {
-      outputs: [cu === undefined ? o : unpadRows(o, cu, Tmax, H * V), ht],
+      outputs: [o as Float32Array, ht as Float32Array],
       saved: saved === undefined ? undefined : {
         handle: saved,
-        outputLength: o.length,
         hasH0: problem.h0 !== undefined,
-        ...(cu === undefined ? {} : { packed: { cuSeqlens: cu, Tmax, H, K, V } }),
+        outputLength: (o as Float32Array).length,
       },
     };
   },
-  async backward({ handle, outputLength, hasH0, packed }, [dout, dht]) {
-    let dPadded = (dout ?? undefined) as Float32Array | undefined;
-    if (packed !== undefined && dPadded !== undefined) {
-      dPadded = padRows(
-        dPadded,
-        packed.cuSeqlens,
-        packed.Tmax,
-        packed.H * packed.V,
-      ) as Float32Array;
-    }
+  async backward({ handle, hasH0, outputLength }, [dout, dht]) {
     const grads = await gpuBackward(handle, {
-      dout: dPadded ?? new Float32Array(outputLength),
+      dout: (dout ?? new Float32Array(outputLength)) as Float32Array,
       ...(dht ? { dht: dht as Float32Array } : {}),
     });
-    if (packed === undefined) return gradList(grads, hasH0);
-    const { cuSeqlens: cu, Tmax, H, K, V } = packed;
-    return gradList({
-      dq: unpadRows(grads.dq, cu, Tmax, H * K),
-      dk: unpadRows(grads.dk, cu, Tmax, H * K),
-      dv: unpadRows(grads.dv, cu, Tmax, H * V),
-      dg: unpadRows(grads.dg, cu, Tmax, H * K),
-      dbeta: unpadRows(grads.dbeta, cu, Tmax, H),
-      dh0: grads.dh0,
-    }, hasH0);
+    return gradList(
+      grads as { dq: Data; dk: Data; dv: Data; dg: Data; dbeta: Data; dh0: Data },
+      hasH0,
+    );
   },
   release({ handle }) {
     if (!handle.released) handle.release();
@@ -267,7 +289,7 @@ const policy: SeamPolicy<KdaRequest> = {
     }
     return { arm: "gpu", note: null };
   },
-  outputShapes: (r) => [[r.B, r.T, r.H, r.V], [statesOf(r), r.H, r.K, r.V]],
+  outputShapes: (r) => [[r.B, r.T, valueHeads(r), r.V], [statesOf(r), valueHeads(r), r.K, r.V]],
   env: { force: "KDA_ARM", require: "KDA_REQUIRE_ARM", quiet: "KDA_QUIET" },
 };
 
@@ -336,17 +358,9 @@ export async function runKda(
   request: KdaRequest,
   options: DispatchOptions,
 ): Promise<{ o: Tensor; ht: Tensor; arm: Arm }> {
-  let { q, k } = x;
-  const HV = request.HV ?? request.H;
-  if (HV !== request.H) {
-    // Grouped value heads, before the seam: every arm then sees HV query/key heads.
-    q = repeatHeads(q, HV / request.H);
-    k = repeatHeads(k, HV / request.H);
-  }
-  const { HV: _, ...rest } = request;
   const { outputs: [o, ht], arm } = await kdaSeam.dispatch(
-    [q, k, x.v, x.g, x.beta, x.h0],
-    { ...rest, H: HV },
+    [x.q, x.k, x.v, x.g, x.beta, x.h0],
+    request,
     options,
   );
   return { o, ht, arm: arm as Arm };

@@ -1,6 +1,7 @@
-// The raw KDA op and its vector-Jacobian product on plain typed arrays: the inputs are checked
-// once here, then the seam runs whichever arm the options, the environment and the arms' limits
-// pick (kda/arms.ts).
+// The raw KDA op and its vector-Jacobian product, on typed arrays or on GpuTensors: the inputs are
+// checked once here (kda/op/_check.ts, for both kinds), then the seam runs whichever arm the
+// options, the environment and the arms' limits pick (kda/op/arms.ts). Typed arrays go through a
+// tape; GpuTensors are pinned to the gpu arm, which runs them with no host sync.
 
 import { alloc, Tape, Tensor } from "../../tape/mod.ts";
 import type { SeamCounts, SeamDecision } from "../../seam/seam.ts";
@@ -17,13 +18,17 @@ import type {
   KdaProblem,
   PublicFloat,
 } from "../_types.ts";
-import { checkKdaCotangents, checkKdaInputs, checkKdaOptions } from "./_check.ts";
+import {
+  type CheckedOptions,
+  checkKdaCotangents,
+  checkKdaInputs,
+  checkKdaOptions,
+} from "./_check.ts";
 import { checkObject } from "../../base/check.ts";
 import { isHalf, narrowHalf, widenHalf } from "./_half.ts";
 import { DEFAULT_CHUNK_SIZES, type KdaRequest, kdaSeam, runKda } from "./arms.ts";
-import { onDevice } from "./_check_device.ts";
-import { kdaOnDevice, kdaVjpOnDevice } from "./_on_device.ts";
 import type { DeviceTensor, GpuTensor } from "../gpu/tensor.ts";
+import { chooseKernels, gpuBackward, gpuForward } from "../gpu/mod.ts";
 
 export { DEFAULT_CHUNK_SIZES };
 
@@ -37,9 +42,8 @@ export { DEFAULT_CHUNK_SIZES };
  *
  * `F` may be {@linkcode GpuTensor} (every array on the gpu arm's device, none on the host): the
  * gpu arm then runs with no host copy and no host sync, and returns {@linkcode DeviceTensor}s
- * (see {@linkcode ResultArray}). `HV` and `cuSeqlens` are then not available, and the elements are
- * not checked (reading them would be a host sync): non-finite values or positive gates are the
- * caller's to rule out.
+ * (see {@linkcode ResultArray}). Their elements are not checked (reading them would be a host
+ * sync): non-finite values or positive gates are the caller's to rule out.
  */
 export interface KdaInputs<F extends PublicFloat | GpuTensor = Float>
   extends KdaDims, KdaArrays<F>, KdaLayout {
@@ -59,6 +63,11 @@ export interface KdaOptions {
   arm?: Arm;
   /** Chunk size of the chunked arms (default: 16 on cpu, 64 on gpu, as measured; DEFAULT_CHUNK_SIZES). */
   chunkSize?: ChunkSize;
+  /**
+   * The gpu arm's kernel set (default `KDA_GPU_KERNELS`, else the fastest set for the adapter:
+   * see docs/kda.md 3.2); the seam's counters and decisions name the set that ran.
+   */
+  kernels?: string;
   /** Throw instead of declining to another arm (default: on when `KDA_REQUIRE_ARM` is set). */
   strict?: boolean;
   /** No stderr warning when the call declines (it is still counted and recorded). */
@@ -77,7 +86,7 @@ function widenInputs(inputs: unknown): { inputs: unknown; half: boolean } {
   return { inputs: widenHalf("inputs", checkObject("inputs", inputs), INPUT_ARRAYS), half };
 }
 
-function requestOf(problem: KdaProblem, chunkSize: ChunkSize | undefined): KdaRequest {
+function requestOf(problem: KdaProblem<unknown>, options: CheckedOptions): KdaRequest {
   const { B, T, H, K, V, scale, HV, cuSeqlens } = problem;
   return {
     B,
@@ -86,13 +95,38 @@ function requestOf(problem: KdaProblem, chunkSize: ChunkSize | undefined): KdaRe
     K,
     V,
     scale,
-    chunkSize,
+    chunkSize: options.chunkSize,
     ...(HV !== undefined ? { HV } : {}),
     ...(cuSeqlens !== undefined ? { cuSeqlens } : {}),
+    ...(options.kernels !== undefined ? { kernels: options.kernels } : {}),
   };
 }
 
-function tensorsOf(problem: KdaProblem, wrap: (data: Float, shape: number[]) => Tensor) {
+/** The seam's options of a call: arm, strictness and quietness. */
+function seamOptions({ arm, strict, quiet }: CheckedOptions) {
+  return { arm, strict, quiet };
+}
+
+/**
+ * Runs a call on GpuTensors on the gpu arm, through the seam, which counts it like every call and
+ * refuses a wish for another arm (the data is pinned to the gpu arm's device).
+ */
+function onGpu<T>(
+  problem: KdaProblem<GpuTensor>,
+  options: CheckedOptions,
+  backward: boolean,
+  run: (chunkSize: ChunkSize, kernels: string) => Promise<T>,
+): Promise<T> {
+  const request = requestOf(problem, options);
+  const C = options.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu;
+  return kdaSeam.runOnDevice(
+    request,
+    { arm: "gpu", dtype: "f32", backward, run: () => run(C, chooseKernels(request.kernels).name) },
+    seamOptions(options),
+  );
+}
+
+function tensorsOf(problem: KdaProblem<Float>, wrap: (data: Float, shape: number[]) => Tensor) {
   const { B, T, H, K, V } = problem;
   const HV = problem.HV ?? H;
   const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
@@ -135,14 +169,24 @@ export async function kda<F extends PublicFloat | GpuTensor>(
   inputs: KdaInputs<F>,
   options: KdaOptions = {},
 ): Promise<KdaOutputs<ResultArray<F>>> {
-  if (onDevice(inputs)) return await kdaOnDevice(inputs, options) as KdaOutputs<ResultArray<F>>;
   const widened = widenInputs(inputs);
-  const { problem } = checkKdaInputs(widened.inputs);
-  const { chunkSize, ...seamOptions } = checkKdaOptions(options);
+  const checked = checkKdaInputs(widened.inputs);
+  const opts = checkKdaOptions(options);
+  if (checked.device) {
+    const problem = checked.problem;
+    const out = await onGpu(
+      problem,
+      opts,
+      false,
+      (chunkSize, kernels) => gpuForward(problem, { chunkSize, kernels }),
+    );
+    return { o: out.o, ht: out.ht } as KdaOutputs<ResultArray<F>>;
+  }
+  const { problem } = checked;
   const { o, ht } = await runKda(
     tensorsOf(problem, (data, shape) => new Tensor(data, shape)),
-    requestOf(problem, chunkSize),
-    seamOptions,
+    requestOf(problem, opts),
+    seamOptions(opts),
   );
   const out = { o: o.data, ht: ht.data };
   return (widened.half ? narrowHalf(out) : out) as KdaOutputs<ResultArray<F>>;
@@ -179,19 +223,34 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   cotangents: KdaCotangents<F>,
   options: KdaOptions = {},
 ): Promise<KdaGrads<ResultArray<F>>> {
-  if (onDevice(inputs)) {
-    return await kdaVjpOnDevice(inputs, cotangents, options) as KdaGrads<ResultArray<F>>;
-  }
   const widened = widenInputs(inputs);
-  const { problem, dtype } = checkKdaInputs(widened.inputs);
+  const checked = checkKdaInputs(widened.inputs);
+  if (checked.device) {
+    const problem = checked.problem;
+    const cot = checkKdaCotangents(cotangents, { ...checked, problem });
+    return await onGpu(problem, checkKdaOptions(options), true, async (chunkSize, kernels) => {
+      const { saved } = await gpuForward(problem, {
+        chunkSize,
+        kernels,
+        saveForBackward: true,
+        outputs: false,
+      });
+      try {
+        return await gpuBackward(saved!, cot);
+      } finally {
+        // the backward was only submitted: its buffers go once the queue is done with them
+        saved!.release(true);
+      }
+    }) as KdaGrads<ResultArray<F>>;
+  }
+  const { problem, dtype } = checked;
   const { dout, dht } = checkKdaCotangents(
     widened.half
       ? widenHalf("cotangents", checkObject("cotangents", cotangents), ["dout", "dht"])
       : cotangents,
-    problem,
-    dtype,
+    { ...checked, problem },
   );
-  const { chunkSize, ...seamOptions } = checkKdaOptions(options);
+  const opts = checkKdaOptions(options);
   const { B, K, V } = problem;
   const HV = problem.HV ?? problem.H;
   const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
@@ -202,7 +261,7 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
       { ...problem, h0: problem.h0 ?? alloc(dtype, N * HV * K * V) },
       (data, shape) => tape.variable(data, shape),
     );
-    const { o, ht } = await runKda(x, requestOf(problem, chunkSize), seamOptions);
+    const { o, ht } = await runKda(x, requestOf(problem, opts), seamOptions(opts));
     const seeds = [{ output: o, cotangent: dout }];
     if (dht !== undefined) seeds.push({ output: ht, cotangent: dht });
     const grads = await tape.backwardFrom(seeds);

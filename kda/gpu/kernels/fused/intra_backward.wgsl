@@ -1,6 +1,5 @@
-// The chunk-parallel backward of the gpu arm (intraChunkBackward): the third of the three WGSL
-// files that kda/gpu/device.ts joins, in order, after the generated layout header:
-// kda/chunk.wgsl, kda/gpu/scans.wgsl, kda/gpu/intra_backward.wgsl (one module; see chunk.wgsl).
+// The chunk-parallel backward of the fused kernel set (intraChunkBackward): one of the set's
+// three files (kda/gpu/kernels/fused/mod.ts; the set's helpers are in kda/chunk.wgsl).
 
 // elementwiseGrads for one row r (token row `row`) and channels d..: dq and dk into outp; the
 // dG pieces, the K half of dbeta and x_r = dKd (.) K (.) e^{G_C - G} into gs (the last two reuse

@@ -1,6 +1,5 @@
-// The sequential scans of the gpu arm (stateScan, stateScanBackward): the second of the three
-// WGSL files that kda/gpu/device.ts joins, in order, after the generated layout header:
-// kda/chunk.wgsl, kda/gpu/scans.wgsl, kda/gpu/intra_backward.wgsl (one module; see chunk.wgsl).
+// The sequential scans of the fused kernel set (stateScan, stateScanBackward): one of the set's
+// three files (kda/gpu/kernels/fused/mod.ts; the set's helpers are in kda/chunk.wgsl).
 
 // ---- the scans: sequential over chunks, one workgroup per (b, h, V tile of p.VT columns) ----
 //

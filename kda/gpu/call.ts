@@ -1,0 +1,588 @@
+// The gpu arm's one road: every call, from typed arrays or from tensors already on the device,
+// is "upload (host arrays only), the set's job on device tensors, one readback (host arrays
+// only)". Grouped value heads and packed batches that a set does not take natively go through the
+// glue passes in the same submit. A call on device tensors returns right after its submit, with
+// DeviceTensors the caller owns; queue order keeps them valid for whatever is queued next.
+
+import type { ChunkSize, KdaGrads, KdaProblem } from "../_types.ts";
+import { getContext, type GpuContext, readyContext } from "./device.ts";
+import { BufferSet, upload } from "./buffers.ts";
+import { bytesOf, limitProblem, makePlan, scaleProblem, shapeProblem } from "./layout.ts";
+import {
+  assertUsable,
+  BackwardJob,
+  ForwardJob,
+  type GpuSaved,
+  type JobArrays,
+  type SavedState,
+} from "./job.ts";
+import { DeviceTensor, type GpuTensor, isGpuTensor } from "./tensor.ts";
+import { type Glue, glueOf } from "./glue.ts";
+import type { ExtraPass, ReadPiece } from "./encode.ts";
+import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
+import { chooseKernels } from "./kernels/mod.ts";
+import { typeName } from "../../base/check.ts";
+
+/** An array of a gpu call: all of a call's arrays are host arrays, or all are device tensors. */
+export type GpuArray = Float32Array | GpuTensor;
+
+/** The result array of a call on arrays of kind A: a Float32Array, or a DeviceTensor. */
+export type GpuResult<A extends GpuArray> = A extends Float32Array ? Float32Array : DeviceTensor;
+
+/** The call's layout beyond the set's view: grouped heads and packing the glue provides. */
+interface Layout {
+  /** The caller's dims. */
+  B: number;
+  T: number;
+  H: number;
+  HV: number;
+  K: number;
+  V: number;
+  /** Sequences (the leading axis of h0 and ht). */
+  N: number;
+  /** Value heads per query/key head, expanded by the glue (1: none, or the set takes them). */
+  expand: number;
+  /** The packed offsets, when the glue pads them to [N, Tmax] (on the device once uploaded). */
+  padded: { cuSeqlens: Int32Array; Tmax: number; offsets: GPUBuffer | null } | null;
+}
+
+/** The layout of a call's dims on a set: what the glue must expand or pad. */
+function layoutFor(
+  set: KernelSet,
+  x: { B: number; T: number; H: number; K: number; V: number; HV?: number; cuSeqlens?: Int32Array },
+): Layout {
+  const HV = x.HV ?? x.H;
+  const cu = x.cuSeqlens;
+  let padded: Layout["padded"] = null;
+  if (cu !== undefined && !set.native.packed) {
+    let Tmax = 1;
+    for (let i = 0; i + 1 < cu.length; i++) Tmax = Math.max(Tmax, cu[i + 1] - cu[i]);
+    padded = { cuSeqlens: cu, Tmax, offsets: null };
+  }
+  return {
+    B: x.B,
+    T: x.T,
+    H: x.H,
+    HV,
+    K: x.K,
+    V: x.V,
+    N: cu === undefined ? x.B : cu.length - 1,
+    expand: HV !== x.H && !set.native.groupedHeads ? HV / x.H : 1,
+    padded,
+  };
+}
+
+/** What a forward keeps for its backward: the set's saved state and the call's layout. */
+class SavedCall implements GpuSaved {
+  #offsets: BufferSet;
+  constructor(
+    readonly state: SavedState,
+    readonly layout: Layout,
+    offsets: BufferSet,
+  ) {
+    this.#offsets = offsets;
+  }
+
+  get released(): boolean {
+    return this.state.released;
+  }
+
+  release(whenIdle = false): void {
+    if (this.state.released) return;
+    this.state.release(whenIdle);
+    this.#offsets.destroyAll(whenIdle);
+  }
+}
+
+function shapeText(dims: number[]): string {
+  return `[${dims.join(", ")}]`;
+}
+
+/** Throws unless `value` is a call array of the call's kind with `n` elements (internal guard). */
+function checkArray(
+  name: string,
+  value: unknown,
+  dims: number[],
+  labels: string,
+  device: boolean,
+): GpuArray {
+  const n = dims.reduce((a, b) => a * b, 1);
+  if (device) {
+    if (!isGpuTensor(value)) {
+      throw new TypeError(
+        `${name} must be a GpuTensor like the other arrays: got ${typeName(value)}`,
+      );
+    }
+    if (value.buffer.size < bytesOf(n, "f32")) {
+      throw new RangeError(
+        `${name} must hold ${n} elements ${labels} = ${shapeText(dims)}: its buffer has ` +
+          `${value.buffer.size} bytes`,
+      );
+    }
+    return value;
+  }
+  if (!(value instanceof Float32Array)) {
+    throw new TypeError(`${name} must be a Float32Array: got ${typeName(value)}`);
+  }
+  if (value.length !== n) {
+    throw new RangeError(`${name} must have ${n} elements ${labels}: got ${value.length}`);
+  }
+  return value;
+}
+
+/** A check of a call's arrays against its layout (the public boundary checked them already). */
+function checkArrays(x: KdaProblem<GpuArray>, layout: Layout): boolean {
+  const device = isGpuTensor(x.q);
+  const { B, T, H, HV, K, V, N } = layout;
+  const hv = x.HV === undefined ? "H" : "HV", n = x.cuSeqlens === undefined ? "B" : "N";
+  checkArray("q", x.q, [B, T, H, K], "[B, T, H, K]", device);
+  checkArray("k", x.k, [B, T, H, K], "[B, T, H, K]", device);
+  checkArray("v", x.v, [B, T, HV, V], `[B, T, ${hv}, V]`, device);
+  checkArray("g", x.g, [B, T, HV, K], `[B, T, ${hv}, K]`, device);
+  checkArray("beta", x.beta, [B, T, HV], `[B, T, ${hv}]`, device);
+  if (x.h0 !== undefined) checkArray("h0", x.h0, [N, HV, K, V], `[${n}, ${hv}, K, V]`, device);
+  return device;
+}
+
+/** The dims the set sees: grouped heads expanded and a packed batch padded where the glue does. */
+function viewDims(layout: Layout) {
+  const H = layout.expand > 1 ? layout.HV : layout.H;
+  if (layout.padded === null) return { B: layout.B, T: layout.T, H };
+  return { B: layout.N, T: layout.padded.Tmax, H };
+}
+
+/**
+ * Why the gpu arm cannot run a call with this set here, or null: the set's own limits, the
+ * device's (features, workgroup memory, bindings), the shape, the scale, and the buffer and grid
+ * limits of the call the set would run (padded, or with expanded heads, where the glue does).
+ *
+ * @param ctx The device context.
+ * @param set The kernel set.
+ * @param x The call's dims, layout and scale.
+ * @param chunkSize The chunk size.
+ * @returns A reason, or null.
+ * @example
+ * ```ts
+ * import { getContext } from "./device.ts";
+ * import { kernelSet } from "./kernel_set.ts";
+ * import "./kernels/mod.ts";
+ * const ctx = await getContext();
+ * callProblem(ctx, kernelSet("fused"), { B: 1, T: 4, H: 1, K: 4, V: 4, scale: 0.5 }, 16); // null
+ * ```
+ */
+export function callProblem(
+  ctx: GpuContext,
+  set: KernelSet,
+  x: Omit<KdaProblem<unknown>, "q" | "k" | "v" | "g" | "beta" | "h0">,
+  chunkSize: ChunkSize,
+): string | null {
+  const shape = shapeProblem(x, chunkSize);
+  if (shape !== null) return shape;
+  const scale = scaleProblem(x.scale);
+  if (scale !== null) return scale;
+  const device = ctx.setProblem(set);
+  if (device !== null) return device;
+  const own = set.whyNot(x, chunkSize);
+  if (own !== null) return `the kernel set ${set.name} cannot run this call: ${own}`;
+  const layout = layoutFor(set, x);
+  const view = { ...viewDims(layout), K: x.K, V: x.V };
+  const limit = limitProblem(set, makePlan(set, view, chunkSize), ctx.info.limits);
+  if (limit === null) return null;
+  const { B, T, H } = view;
+  const how = layout.padded !== null
+    ? `the packed batch runs padded to B=${B}, T=${T} on this set; `
+    : layout.expand > 1
+    ? `the grouped value heads run expanded to H=${H} on this set; `
+    : "";
+  return how + limit;
+}
+
+/**
+ * The buffers of a call's results: DeviceTensors the caller will own (pooled or new) for a call on
+ * device tensors, else the call's own scratch, read back and freed with it.
+ */
+function allocate<N extends string>(
+  ctx: GpuContext,
+  scratch: BufferSet,
+  device: boolean,
+  shapes: Record<N, number[]>,
+): Record<N, GpuTensor> {
+  const out = {} as Record<N, GpuTensor>;
+  for (const [name, shape] of Object.entries(shapes) as [N, number[]][]) {
+    const bytes = bytesOf(shape.reduce((a, b) => a * b, 1), "f32");
+    out[name] = device
+      ? new DeviceTensor(ctx, BufferSet.acquire(ctx.device, name, bytes), shape)
+      : scratchTensor(scratch, name, shape);
+  }
+  return out;
+}
+
+/** A call-scoped tensor view of a scratch buffer (not owned by any DeviceTensor). */
+function scratchTensor(scratch: BufferSet, name: string, shape: number[]): GpuTensor {
+  const bytes = bytesOf(shape.reduce((a, b) => a * b, 1), "f32");
+  return { buffer: scratch.make(name, bytes), shape, dtype: "f32" };
+}
+
+/** Host arrays uploaded into scratch buffers; device tensors as they are. */
+function onDevice(
+  ctx: GpuContext,
+  scratch: BufferSet,
+  arrays: Partial<Record<ArrayName, GpuArray>>,
+): JobArrays {
+  const out: JobArrays = {};
+  for (const [name, a] of Object.entries(arrays) as [ArrayName, GpuArray | undefined][]) {
+    if (a === undefined) continue;
+    if (isGpuTensor(a)) {
+      out[name] = a;
+      continue;
+    }
+    const t = scratchTensor(scratch, `upload ${name}`, [a.length]);
+    upload(ctx.device.queue, t.buffer, 0, a);
+    out[name] = t;
+  }
+  return out;
+}
+
+/** Glue passes that turn the caller's arrays into the set's view, and the view's arrays. */
+function glueIn(
+  glue: Glue,
+  scratch: BufferSet,
+  layout: Layout,
+  arrays: JobArrays,
+): { view: JobArrays; passes: ExtraPass[] } {
+  const { B, T, H, HV, K, V } = layout;
+  const passes: ExtraPass[] = [];
+  const view: JobArrays = { ...arrays };
+  if (layout.expand > 1) {
+    for (const name of ["q", "k"] as const) {
+      const src = view[name];
+      if (src === undefined) continue;
+      const dst = scratchTensor(scratch, `expanded ${name}`, [B, T, HV, K]);
+      passes.push(glue.pass(scratch, "expandHeads", {
+        src: src.buffer,
+        dst: dst.buffer,
+        n: B * T * HV * K,
+        width: K,
+        g: layout.expand,
+      }));
+      view[name] = dst;
+    }
+  }
+  const padded = layout.padded;
+  if (padded !== null) {
+    const Hv = layout.expand > 1 ? HV : H;
+    const widths: Partial<Record<ArrayName, number>> = {
+      q: Hv * K,
+      k: Hv * K,
+      v: HV * V,
+      g: HV * K,
+      beta: HV,
+      dout: HV * V,
+    };
+    for (const [name, width] of Object.entries(widths) as [ArrayName, number][]) {
+      const src = view[name];
+      if (src === undefined) continue;
+      const dst = scratchTensor(scratch, `padded ${name}`, [layout.N, padded.Tmax, width]);
+      passes.push(glue.pass(scratch, "padRows", {
+        src: src.buffer,
+        dst: dst.buffer,
+        n: layout.N * padded.Tmax * width,
+        width,
+        g: padded.Tmax,
+        offsets: padded.offsets!,
+        seqs: layout.N,
+      }));
+      view[name] = dst;
+    }
+  }
+  return { view, passes };
+}
+
+/**
+ * The buffers the set writes its results into, and the glue passes that turn them into the
+ * caller's results: unpack a padded batch, then sum the gradient of each group of value heads.
+ */
+function glueOut(
+  glue: Glue,
+  scratch: BufferSet,
+  layout: Layout,
+  results: Partial<Record<ArrayName, GpuTensor>>,
+): { view: JobArrays; passes: ExtraPass[] } {
+  const { T, HV, K, V, N } = layout;
+  const passes: ExtraPass[] = [];
+  const view: JobArrays = {};
+  const padded = layout.padded;
+  const Hv = layout.expand > 1 ? HV : layout.H;
+  const widths: Partial<Record<ArrayName, number>> = {
+    o: HV * V,
+    dq: Hv * K,
+    dk: Hv * K,
+    dv: HV * V,
+    dg: HV * K,
+    dbeta: HV,
+  };
+  for (const [name, result] of Object.entries(results) as [ArrayName, GpuTensor][]) {
+    let target = result;
+    if (layout.expand > 1 && (name === "dq" || name === "dk")) {
+      // the set's per-value-head gradient, summed over each group into the caller's
+      const perHead = scratchTensor(scratch, `per-head ${name}`, [layout.B, T, HV, K]);
+      passes.unshift(glue.pass(scratch, "sumHeads", {
+        src: perHead.buffer,
+        dst: target.buffer,
+        n: layout.B * T * layout.H * K,
+        width: K,
+        g: layout.expand,
+      }));
+      target = perHead;
+    }
+    const width = widths[name];
+    if (padded !== null && width !== undefined) {
+      const rows = scratchTensor(scratch, `padded ${name}`, [N, padded.Tmax, width]);
+      // unpacking runs first: it feeds the group sums
+      passes.unshift(glue.pass(scratch, "unpadRows", {
+        src: rows.buffer,
+        dst: target.buffer,
+        n: T * width,
+        width,
+        g: padded.Tmax,
+        offsets: padded.offsets!,
+        seqs: N,
+      }));
+      target = rows;
+    }
+    view[name] = target;
+  }
+  return { view, passes };
+}
+
+/** Whole-buffer readbacks of results, in order. */
+function readsOf(tensors: GpuTensor[]): ReadPiece[] {
+  return tensors.map((t) => ({
+    buffer: t.buffer,
+    offset: 0,
+    bytes: bytesOf(t.shape.reduce((a, b) => a * b, 1), "f32"),
+  }));
+}
+
+/** Releases the DeviceTensors among a call's results (after a failure). */
+function releaseAll(tensors: Record<string, GpuTensor>): void {
+  for (const t of Object.values(tensors)) if (t instanceof DeviceTensor) t.release();
+}
+
+/** The set a call names (a RangeError listing the known ones), else the rule's choice. */
+function setOf(kernels: string | undefined): KernelSet {
+  return kernelSet(chooseKernels(kernels).name, "options.kernels");
+}
+
+/**
+ * The chunked KDA forward on the GPU with a kernel set: from Float32Arrays (one upload, one
+ * submit, one readback) or from GpuTensors (one submit, no readback: DeviceTensors back).
+ *
+ * @param x The problem: q, k, g, v, beta and optional h0, all Float32Arrays or all GpuTensors, with
+ *   optional grouped value heads `HV` and packed offsets `cuSeqlens` (docs/kda.md 2.5, 2.6).
+ * @param options `chunkSize`; `kernels`, the set to run (default: the rule's choice);
+ *   `saveForBackward` keeps what {@linkcode gpuBackward} needs on the GPU; `outputs: false` (on
+ *   device tensors) returns no outputs, for a forward run only for its backward.
+ * @returns `o` and `ht` (Float32Arrays owning their buffers, or DeviceTensors), and `saved` with
+ *   `saveForBackward` (release it when no more backward calls will come).
+ * @throws {TypeError} When an array is not of the call's kind.
+ * @throws {RangeError} When a length, the shape, the chunk size or the scale is wrong, or the call
+ *   exceeds a device limit.
+ * @throws {Error} When no GPU is available; a GpuError on a GPU error or device loss.
+ * @example
+ * ```ts
+ * const B = 1, T = 20, H = 1, K = 4, V = 4;
+ * const { o, ht } = await gpuForward({
+ *   B, T, H, K, V, scale: 0.5,
+ *   q: new Float32Array(B * T * H * K).fill(0.1),
+ *   k: new Float32Array(B * T * H * K).fill(0.5),
+ *   v: new Float32Array(B * T * H * V).fill(1),
+ *   g: new Float32Array(B * T * H * K).fill(-0.1),
+ *   beta: new Float32Array(B * T * H).fill(0.5),
+ * }, { chunkSize: 16, kernels: "fused" });
+ * console.log((o as Float32Array).length, (ht as Float32Array).length); // 80 16
+ * ```
+ */
+export async function gpuForward<A extends GpuArray>(
+  x: KdaProblem<A>,
+  options: { chunkSize: ChunkSize; kernels?: string; saveForBackward?: boolean; outputs?: boolean },
+): Promise<{ o: GpuResult<A>; ht: GpuResult<A>; saved?: GpuSaved }> {
+  const set = setOf(options.kernels);
+  const ctx = await getContext();
+  const problem = callProblem(ctx, set, x, options.chunkSize);
+  if (problem !== null) throw new RangeError(problem);
+  const layout = layoutFor(set, x);
+  const device = checkArrays(x, layout);
+  const save = options.saveForBackward === true;
+  const scratch = new BufferSet(ctx.device);
+  const kept = new BufferSet(ctx.device);
+  const { B, T, HV, K, V, N } = layout;
+  // a forward run only for its backward on device tensors keeps no outputs
+  const keepOutputs = options.outputs !== false;
+  const results = allocate(ctx, scratch, device && keepOutputs, {
+    o: [B, T, HV, V],
+    ht: [N, HV, K, V],
+  });
+  try {
+    const glue = await glueOf(ctx);
+    const made = await ctx.scoped("gpuForward (upload and glue)", () => {
+      if (layout.padded !== null) {
+        const cu = layout.padded.cuSeqlens;
+        const offsets = kept.make("packed offsets", bytesOf(cu.length, "f32"));
+        ctx.device.queue.writeBuffer(offsets, 0, new Uint32Array(cu));
+        layout.padded.offsets = offsets;
+      }
+      const arrays = onDevice(ctx, scratch, {
+        q: x.q,
+        k: x.k,
+        v: x.v,
+        g: x.g,
+        beta: x.beta,
+        h0: x.h0,
+      });
+      return {
+        input: glueIn(glue, scratch, layout, arrays),
+        output: glueOut(glue, scratch, layout, { o: results.o }),
+      };
+    });
+    const { q, k, v, g, beta, h0 } = made.input.view;
+    // the problem in the set's view: what the glue expanded or padded, and what the set takes itself
+    const inView: KdaProblem<GpuTensor> = {
+      ...viewDims(layout),
+      K,
+      V,
+      scale: x.scale,
+      q: q!,
+      k: k!,
+      v: v!,
+      g: g!,
+      beta: beta!,
+      ...(h0 !== undefined ? { h0 } : {}),
+      ...(layout.expand === 1 && HV !== layout.H ? { HV } : {}),
+      ...(layout.padded === null && x.cuSeqlens !== undefined ? { cuSeqlens: x.cuSeqlens } : {}),
+    };
+    const job = await ForwardJob.create(ctx, set, inView, {
+      chunkSize: options.chunkSize,
+      saveForBackward: save,
+      targets: { ...made.output.view, ht: results.ht },
+    });
+    let saved: GpuSaved | undefined;
+    try {
+      const { arrays } = await job.run({
+        before: made.input.passes,
+        after: made.output.passes,
+        reads: device ? [] : readsOf([results.o, results.ht]),
+      });
+      if (save) saved = new SavedCall(job.takeSaved(), layout, kept);
+      const [o, ht] = device ? [results.o, results.ht] : [arrays[0], arrays[1]];
+      return { o: o as GpuResult<A>, ht: ht as GpuResult<A>, ...(saved ? { saved } : {}) };
+    } finally {
+      job.destroy(device);
+    }
+  } catch (error) {
+    releaseAll(results);
+    kept.destroyAll();
+    throw error;
+  } finally {
+    scratch.destroyAll(device);
+    if (!save) kept.destroyAll(device);
+  }
+}
+
+/**
+ * The chunked KDA backward on the GPU: from Float32Array cotangents (one upload, one submit, one
+ * readback) or GpuTensors (one submit, DeviceTensors back). `saved` stays valid: any number of
+ * backward calls may run on it, concurrently or not, each with its own cotangent and scratch
+ * buffers (the same inputs give the same bits), until `saved.release()`.
+ *
+ * @param saved The handle returned by {@linkcode gpuForward} with `saveForBackward: true`.
+ * @param cotangents `dout` [B, T, HV, V] and optional `dht` [N, HV, K, V] (absent means zero),
+ *   Float32Arrays or GpuTensors.
+ * @returns `dq, dk, dv, dg, dbeta, dh0` of the cotangents' kind.
+ * @throws {TypeError} When `saved` is not a handle from gpuForward or a cotangent is of the wrong
+ *   kind.
+ * @throws {RangeError} When a cotangent has the wrong length.
+ * @throws {Error} When `saved` was released; a GpuError when the forward's device was lost or a
+ *   GPU error occurred.
+ * @example
+ * ```ts
+ * const B = 1, T = 20, H = 1, K = 4, V = 4;
+ * const { saved } = await gpuForward({
+ *   B, T, H, K, V, scale: 0.5,
+ *   q: new Float32Array(B * T * H * K).fill(0.1),
+ *   k: new Float32Array(B * T * H * K).fill(0.5),
+ *   v: new Float32Array(B * T * H * V).fill(1),
+ *   g: new Float32Array(B * T * H * K).fill(-0.1),
+ *   beta: new Float32Array(B * T * H).fill(0.5),
+ * }, { chunkSize: 16, kernels: "fused", saveForBackward: true });
+ * const grads = await gpuBackward(saved!, { dout: new Float32Array(B * T * H * V).fill(1) });
+ * saved!.release();
+ * console.log((grads.dq as Float32Array).length); // 80
+ * ```
+ */
+export async function gpuBackward<A extends GpuArray>(
+  saved: GpuSaved,
+  cotangents: { dout: A; dht?: A },
+): Promise<KdaGrads<GpuResult<A>>> {
+  if (!(saved instanceof SavedCall)) {
+    throw new TypeError("saved must be the handle returned by gpuForward: got another object");
+  }
+  const { layout } = saved;
+  const { B, T, H, HV, K, V, N } = layout;
+  const device = isGpuTensor(cotangents?.dout);
+  const hv = HV === H ? "H" : "HV", n = N === B ? "B" : "N";
+  checkArray("dout", cotangents?.dout, [B, T, HV, V], `[B, T, ${hv}, V]`, device);
+  if (cotangents.dht !== undefined) {
+    checkArray("dht", cotangents.dht, [N, HV, K, V], `[${n}, ${hv}, K, V]`, device);
+  }
+  // checked and held before any await, so that a release() right after this call waits for it
+  const ready = readyContext();
+  assertUsable(saved.state, typeof ready === "string" ? saved.state.ctx : ready);
+  saved.state.acquire();
+  const ctx = saved.state.ctx;
+  const scratch = new BufferSet(ctx.device);
+  const results = allocate(ctx, scratch, device, {
+    dq: [B, T, H, K],
+    dk: [B, T, H, K],
+    dv: [B, T, HV, V],
+    dg: [B, T, HV, K],
+    dbeta: [B, T, HV],
+    dh0: [N, HV, K, V],
+  });
+  try {
+    const glue = await glueOf(ctx);
+    const made = await ctx.scoped("gpuBackward (upload and glue)", () => {
+      const arrays = onDevice(ctx, scratch, { dout: cotangents.dout, dht: cotangents.dht });
+      const { dh0, ...rest } = results;
+      return {
+        input: glueIn(glue, scratch, layout, arrays),
+        output: glueOut(glue, scratch, layout, rest),
+        dh0,
+      };
+    });
+    const { dout, dht } = made.input.view;
+    const job = await BackwardJob.create(
+      saved.state,
+      { dout: dout!, ...(dht !== undefined ? { dht } : {}) },
+      { ...made.output.view, dh0: made.dh0 },
+    );
+    try {
+      const order = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
+      const { arrays } = await job.run({
+        before: made.input.passes,
+        after: made.output.passes,
+        reads: device ? [] : readsOf(order.map((k) => results[k])),
+      });
+      const [dq, dk, dv, dg, dbeta, dh0] = device ? order.map((k) => results[k]) : arrays;
+      return { dq, dk, dv, dg, dbeta, dh0 } as KdaGrads<GpuResult<A>>;
+    } finally {
+      job.destroy(device);
+    }
+  } catch (error) {
+    releaseAll(results);
+    throw error;
+  } finally {
+    scratch.destroyAll(device);
+    saved.state.unacquire();
+  }
+}

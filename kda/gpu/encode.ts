@@ -1,0 +1,291 @@
+// The one "encode passes, submit, read back" routine every kernel set's forward and backward run
+// through. It knows a set only by its declaration: each stage is one compute pass (so that, when
+// the device has `timestamp-query`, each stage is timed on the GPU by its pass's timestampWrites),
+// a scan stage dispatches once per chunk range, and glue passes (glue.ts) may run before and after
+// the set's stages. Everything goes in one submit, followed by at most one readback: Deno polls the
+// device on a timer, so each host round trip costs about 10 ms whatever the work.
+
+import type { CompiledSet, GpuContext } from "./device.ts";
+import { GpuError } from "./device.ts";
+import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
+import { countSync } from "./tensor.ts";
+import { RANGE_BYTES } from "./layout.ts";
+import type { DirectionDecl, Plan } from "./kernel_set.ts";
+
+/** One buffer-to-buffer copy on the GPU, in bytes. */
+export interface BufferCopy {
+  /** Copied from. */
+  source: GPUBuffer;
+  /** Byte offset in the source. */
+  sourceOffset: number;
+  /** Copied to. */
+  target: GPUBuffer;
+  /** Byte offset in the target. */
+  targetOffset: number;
+  /** Bytes (a multiple of 4). */
+  bytes: number;
+}
+
+/** A piece of a buffer to read back to the host as f32 elements. */
+export interface ReadPiece {
+  /** The buffer. */
+  buffer: GPUBuffer;
+  /** Byte offset in it. */
+  offset: number;
+  /** Bytes (a multiple of 4). */
+  bytes: number;
+}
+
+/** Compute passes that run around a set's stages (glue.ts): each encodes itself into a pass. */
+export interface ExtraPass {
+  /** A label, for messages and timing. */
+  label: string;
+  /** Encodes its dispatches into the pass. */
+  encode(pass: GPUComputePassEncoder): void;
+}
+
+/** What one submit runs and reads back. */
+export interface PassJob {
+  /** The call, for messages ("gpuForward"). */
+  what: string;
+  /** The compiled kernel set. */
+  compiled: CompiledSet;
+  /** The call's plan. */
+  plan: Plan;
+  /** The direction whose stages run. */
+  direction: DirectionDecl;
+  /** Whether the scans run from the last chunk to the first. */
+  reverse: boolean;
+  /** Group 0, every binding of the direction. */
+  bindGroup: GPUBindGroup;
+  /** Passes before anything else (glue: expand heads, pad rows). */
+  before: readonly ExtraPass[];
+  /** Copies before the set's stages (inputs on the device into the set's packed buffers). */
+  copiesIn: readonly BufferCopy[];
+  /** Copies after the set's stages (results into the buffers the caller gave). */
+  copiesOut: readonly BufferCopy[];
+  /** Passes after those copies (glue: unpad rows, sum heads). */
+  after: readonly ExtraPass[];
+  /** What to read back to the host, in order; empty: the call returns after its submit. */
+  reads: readonly ReadPiece[];
+}
+
+/** What a submit returned. */
+export interface PassResult {
+  /** The pieces read back, one Float32Array each (owning its buffer), in the order asked. */
+  arrays: Float32Array[];
+  /**
+   * GPU time of each of the set's stages in nanoseconds, when timing was asked and the device can
+   * (the median over the repeats).
+   */
+  stageNs?: number[];
+}
+
+/**
+ * How a timed submit runs: the stages `repeat` times back to back, with or without reading the
+ * data back (repeats keep the GPU busy, so its clocks settle; for the benchmark).
+ */
+export interface TimingOptions {
+  /** Times to run the stages in the one submit. */
+  repeat: number;
+  /** Whether to read the data back (else `arrays` is empty). */
+  readData: boolean;
+}
+
+/** The chunk-range uniforms of the scans, one per dispatch, and their bind group. */
+function makeRanges(ctx: GpuContext, set: BufferSet, job: PassJob) {
+  const ranges = job.compiled.set.scanRanges(job.plan);
+  if (job.reverse) ranges.reverse();
+  const stride = ctx.rangeAlign;
+  const buffer = set.make("chunk ranges", ranges.length * stride, UNIFORM_USAGE);
+  const words = new Uint32Array((ranges.length * stride) / Uint32Array.BYTES_PER_ELEMENT);
+  ranges.forEach(([n0, n1], i) =>
+    words.set([n0, n1], (i * stride) / Uint32Array.BYTES_PER_ELEMENT)
+  );
+  ctx.device.queue.writeBuffer(buffer, 0, words);
+  const bindGroup = ctx.device.createBindGroup({
+    label: "kda chunk ranges",
+    layout: ctx.rangeLayout,
+    entries: [{ binding: 0, resource: { buffer, size: RANGE_BYTES } }],
+  });
+  return { bindGroup, count: ranges.length };
+}
+
+function copy(encoder: GPUCommandEncoder, c: BufferCopy): void {
+  if (c.bytes > 0) {
+    encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.target, c.targetOffset, c.bytes);
+  }
+}
+
+/**
+ * Encodes the job (glue, copies in, the set's stages one pass each, copies out, glue), submits it
+ * with the copy of what to read into one staging buffer, and reads that back once; with `timing`
+ * on a device with timestamp queries, also each stage's GPU time. Buffers it creates go to `set`
+ * (the caller destroys them).
+ *
+ * @param ctx The device context.
+ * @param set The call's buffers.
+ * @param job What to run.
+ * @param timing Whether to time the stages; options to repeat them without reading back.
+ * @returns The pieces read back, and the stage times.
+ * @throws {GpuError} On a GPU error or a lost device (never returns numbers from a lost device).
+ * @example
+ * ```ts
+ * // ForwardJob.run and BackwardJob.run (job.ts) are the callers: each builds a PassJob.
+ * import { getContext } from "./device.ts";
+ * import { ForwardJob } from "./job.ts";
+ * import { kernelSet } from "./kernel_set.ts";
+ * import { releaseTensors, toGpu } from "./tensor.ts";
+ * import "./kernels/mod.ts";
+ * const up = (n: number, v: number, shape: number[]) => toGpu(new Float32Array(n).fill(v), shape);
+ * const x = {
+ *   B: 1, T: 4, H: 1, K: 4, V: 4, scale: 0.5,
+ *   q: await up(16, 0.1, [1, 4, 1, 4]), k: await up(16, 0.5, [1, 4, 1, 4]),
+ *   v: await up(16, 1, [1, 4, 1, 4]), g: await up(16, -0.1, [1, 4, 1, 4]),
+ *   beta: await up(4, 0.5, [1, 4, 1]),
+ * };
+ * const job = await ForwardJob.create(await getContext(), kernelSet("fused"), x, { chunkSize: 16 });
+ * const { stageNs } = await job.run({ timing: { repeat: 2, readData: false } }); // runPasses
+ * console.log(stageNs); // per-stage GPU ns where the device has timestamp queries
+ * job.destroy();
+ * releaseTensors(x);
+ * ```
+ */
+export async function runPasses(
+  ctx: GpuContext,
+  set: BufferSet,
+  job: PassJob,
+  timing: boolean | TimingOptions = false,
+): Promise<PassResult> {
+  const { device } = ctx;
+  const timed = timing !== false && ctx.info.timestamps;
+  const repeat = typeof timing === "object" ? Math.max(1, timing.repeat) : 1;
+  const readData = typeof timing === "object" ? timing.readData : true;
+  const stages = job.direction.stages;
+  const nStages = stages.length;
+  const nQueries = 2 * nStages * repeat;
+  const reads = readData ? job.reads : [];
+  const dataBytes = reads.reduce((n, r) => n + r.bytes, 0);
+  const mustRead = dataBytes > 0 || timed;
+  // the staging buffer holds the data, then (256-byte aligned) the resolved timestamps
+  const tsOffset = Math.ceil(dataBytes / 256) * 256;
+  const stagingBytes = Math.max(16, timed ? tsOffset + nQueries * 8 : dataBytes);
+  let querySet: GPUQuerySet | undefined;
+  try {
+    const staging = await ctx.scoped(
+      `${job.what} (encoding ${stages.map((s) => s.entry).join(" -> ")})`,
+      () => {
+        // every pipeline's layout has group 1 (the header declares the range), scans or not
+        const ranges = makeRanges(ctx, set, job);
+        const staging = mustRead
+          ? set.make(
+            `${job.what} staging`,
+            stagingBytes,
+            GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+          )
+          : null;
+        let resolve: GPUBuffer | undefined;
+        if (timed) {
+          querySet = device.createQuerySet({ type: "timestamp", count: nQueries });
+          resolve = set.make(
+            `${job.what} timestamps`,
+            nQueries * 8,
+            GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC,
+          );
+        }
+        const encoder = device.createCommandEncoder({ label: job.what });
+        const extra = (passes: readonly ExtraPass[]) => {
+          if (passes.length === 0) return;
+          const pass = encoder.beginComputePass({ label: passes.map((p) => p.label).join(", ") });
+          for (const p of passes) p.encode(pass);
+          pass.end();
+        };
+        extra(job.before);
+        for (const c of job.copiesIn) copy(encoder, c);
+        for (let rep = 0; rep < repeat; rep++) {
+          stages.forEach((stage, stageIndex) => {
+            const i = rep * nStages + stageIndex;
+            const pass = encoder.beginComputePass({
+              label: stage.entry,
+              ...(querySet !== undefined
+                ? {
+                  timestampWrites: {
+                    querySet,
+                    beginningOfPassWriteIndex: 2 * i,
+                    endOfPassWriteIndex: 2 * i + 1,
+                  },
+                }
+                : {}),
+            });
+            pass.setBindGroup(0, job.bindGroup);
+            pass.setPipeline(job.compiled.pipelines.get(stage.entry)!);
+            const [x, y, z] = stage.grid(job.plan);
+            const count = stage.scan === true ? ranges.count : 1;
+            for (let r = 0; r < count; r++) {
+              pass.setBindGroup(1, ranges.bindGroup, [r * ctx.rangeAlign]);
+              pass.dispatchWorkgroups(x, y, z);
+            }
+            pass.end();
+          });
+        }
+        for (const c of job.copiesOut) copy(encoder, c);
+        extra(job.after);
+        let at = 0;
+        for (const r of reads) {
+          copy(encoder, {
+            source: r.buffer,
+            sourceOffset: r.offset,
+            target: staging!,
+            targetOffset: at,
+            bytes: r.bytes,
+          });
+          at += r.bytes;
+        }
+        if (staging !== null && querySet !== undefined && resolve !== undefined) {
+          encoder.resolveQuerySet(querySet, 0, nQueries, resolve, 0);
+          encoder.copyBufferToBuffer(resolve, 0, staging, tsOffset, nQueries * 8);
+        }
+        device.queue.submit([encoder.finish()]);
+        return staging;
+      },
+    );
+    // On the device the results wait for the next call or read: queue order keeps them valid.
+    if (staging === null) return { arrays: [] };
+    try {
+      countSync();
+      await staging.mapAsync(GPUMapMode.READ, 0, stagingBytes);
+    } catch (error) {
+      ctx.assertAlive(job.what);
+      throw new GpuError(
+        "internal",
+        `${job.what} failed while reading back its results: ${
+          error instanceof Error ? error.message : String(error)
+        }`,
+      );
+    }
+    // A device lost after the submit may have left the results unwritten: never return them.
+    ctx.assertAlive(job.what);
+    const mapped = staging.getMappedRange(0, stagingBytes);
+    let at = 0;
+    const arrays = reads.map((r) => {
+      const a = new Float32Array(mapped, at, r.bytes / Float32Array.BYTES_PER_ELEMENT).slice();
+      at += r.bytes;
+      return a;
+    });
+    let stageNs: number[] | undefined;
+    if (timed) {
+      const ticks = new BigUint64Array(mapped.slice(tsOffset, tsOffset + nQueries * 8));
+      stageNs = stages.map((_, stageIndex) => {
+        const all = Array.from({ length: repeat }, (_, rep) => {
+          const i = rep * nStages + stageIndex;
+          return Number(ticks[2 * i + 1] - ticks[2 * i]);
+        }).sort((a, b) => a - b);
+        return all[all.length >> 1];
+      });
+    }
+    staging.unmap();
+    return stageNs === undefined ? { arrays } : { arrays, stageNs };
+  } finally {
+    querySet?.destroy();
+  }
+}

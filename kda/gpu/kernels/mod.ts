@@ -1,0 +1,41 @@
+// The kernel sets of the package, registered by name, and the rule that picks one when a call
+// names none (docs/kda.md 3.2). A new set is a folder beside fused/ with its WGSL files and a
+// module that declares it (kernel_set.ts), registered here.
+
+import { kernelSet, registerKernelSet } from "../kernel_set.ts";
+import { readyContext } from "../device.ts";
+import { FUSED } from "./fused/mod.ts";
+
+registerKernelSet(FUSED);
+
+/**
+ * The kernel set a call runs when neither `options.kernels` nor `KDA_GPU_KERNELS` names one.
+ *
+ * @param info Whether the adapter is a software one.
+ * @returns The set's name and, when the rule is worth telling, why.
+ * @example
+ * ```ts
+ * defaultKernels({ software: true }).name; // "fused"
+ * ```
+ */
+export function defaultKernels(info: { software: boolean }): { name: string; note: string | null } {
+  void info;
+  return { name: FUSED.name, note: null };
+}
+
+/**
+ * The kernel set a call runs: the one it names, else the rule of {@linkcode defaultKernels} for
+ * this adapter (synchronous: the device's kind is known once it exists).
+ *
+ * @param kernels The set the call names, if any.
+ * @returns The set's name, and the note worth recording when the rule chose it.
+ * @example
+ * ```ts
+ * chooseKernels("fused").name; // "fused"
+ * ```
+ */
+export function chooseKernels(kernels: string | undefined): { name: string; note: string | null } {
+  if (kernels !== undefined) return { name: kernelSet(kernels).name, note: null };
+  const ctx = readyContext();
+  return defaultKernels({ software: typeof ctx === "string" ? false : ctx.info.software });
+}

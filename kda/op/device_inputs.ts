@@ -1,0 +1,74 @@
+// Uploading a problem's typed arrays to the gpu arm's device, as the GpuTensors that kda and
+// kdaVjp take: the arrays are checked as those calls check typed arrays, then uploaded once.
+
+import type { KdaProblem } from "../_types.ts";
+import { checkKdaInputs } from "./_check.ts";
+import { type DeviceTensor, toGpu } from "../gpu/tensor.ts";
+import type { KdaInputs } from "./op.ts";
+
+/**
+ * Uploads the f32 typed arrays of a problem to the gpu arm's device, as the GpuTensors that
+ * {@linkcode kda} and {@linkcode kdaVjp} take (checked as those calls check typed arrays);
+ * grouped value heads (`HV`) and packed batches (`cuSeqlens`) carry over.
+ *
+ * @param inputs q, k, v, g, beta (and optionally h0, scale, HV, cuSeqlens) as Float32Arrays with
+ *   their dimensions.
+ * @returns The same problem with DeviceTensors (release them, e.g. with `releaseTensors`).
+ * @example
+ * ```ts
+ * import { gpuStatus, kda, releaseTensors, toGpuInputs } from "@deltanet/kda";
+ * if ((await gpuStatus()).available) {
+ *   const [B, T, H, K, V] = [1, 8, 1, 4, 4];
+ *   const fill = (n: number, v: number) => new Float32Array(n).fill(v);
+ *   const x = await toGpuInputs({
+ *     B, T, H, K, V,
+ *     q: fill(32, 0.1), k: fill(32, 0.5), v: fill(32, 1), g: fill(32, -0.1), beta: fill(8, 0.5),
+ *   });
+ *   const out = await kda(x);
+ *   releaseTensors(out, x);
+ * }
+ * ```
+ */
+export async function toGpuInputs(
+  inputs: KdaInputs<Float32Array>,
+): Promise<KdaInputs<DeviceTensor>> {
+  const checked = checkKdaInputs(inputs);
+  if (checked.device || checked.dtype !== "f32") {
+    throw new TypeError(
+      `inputs.q must be a Float32Array for the device: got ${
+        checked.device ? "a GpuTensor" : "Float64Array"
+      }`,
+    );
+  }
+  const problem = checked.problem as KdaProblem<Float32Array>;
+  const { B, T, H, K, V, scale } = problem;
+  const HV = problem.HV ?? H;
+  const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
+  const uploaded: DeviceTensor[] = [];
+  const keep = async (a: Float32Array, shape: number[]) => {
+    const t = await toGpu(a, shape);
+    uploaded.push(t);
+    return t;
+  };
+  try {
+    return {
+      B,
+      T,
+      H,
+      K,
+      V,
+      scale,
+      ...(problem.HV !== undefined ? { HV } : {}),
+      ...(problem.cuSeqlens !== undefined ? { cuSeqlens: problem.cuSeqlens } : {}),
+      q: await keep(problem.q, [B, T, H, K]),
+      k: await keep(problem.k, [B, T, H, K]),
+      v: await keep(problem.v, [B, T, HV, V]),
+      g: await keep(problem.g, [B, T, HV, K]),
+      beta: await keep(problem.beta, [B, T, HV]),
+      ...(problem.h0 !== undefined ? { h0: await keep(problem.h0, [N, HV, K, V]) } : {}),
+    };
+  } catch (error) {
+    for (const t of uploaded) t.release();
+    throw error;
+  }
+}
