@@ -202,4 +202,7 @@ def prepare(one_config=True, light=True, disable_dispatch=True, report=log):
         done["fla_import"] = light_import()
     else:
         done["fla_import"] = "full (fla/__init__.py runs)"
+        if done["einops"].startswith("shim"):
+            report("warning: a full fla import with the einops stand-in will fail: modules outside "
+                   "the KDA path import einops.reduce and einops.einsum, which it does not have")
     return done
