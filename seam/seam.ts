@@ -4,6 +4,8 @@
 // arm (or lets a composite arm record itself on the tape), counts what ran, and records every
 // decline with its reason. Every decision is made before any arm computes, so no fused forward
 // ever runs and is then discarded: the node's forward values are exactly what the caller receives.
+// A subclass can run a call otherwise through three protected members (run, count, record); only
+// the proof's planted defects (checks/mutants.ts) do, on seams of their own.
 
 import { customNode, type Data, type MaybePromise, tapeOf, type Tensor } from "../tape/mod.ts";
 import type { ComputeDType } from "../base/dtype.ts";
@@ -24,7 +26,7 @@ export interface SeamCounts {
   customNodeBwd: number;
 }
 
-/** A call that did not run as wanted, ran detached, or whose arm was chosen by a default rule. */
+/** A call that did not run as wanted, whose arm was chosen by a default rule, or that ran otherwise. */
 export interface SeamDecision {
   /** The arm the call wanted. */
   wanted: string;
@@ -111,24 +113,6 @@ export interface SeamPolicy<R> {
   };
 }
 
-/**
- * Test hooks of a call, for the proof's planted defects; reachable only through this symbol, which
- * the package's entry point does not export.
- */
-export const SEAM_HOOKS: unique symbol = Symbol("seam hooks");
-
-/** Planted defects a call can carry (see {@linkcode SEAM_HOOKS}). */
-export interface SeamHooks {
-  /** Rewrites a fused arm's forward outputs before the caller sees them. */
-  mapOutputs?: (outputs: Data[], request: unknown) => Data[];
-  /** Rewrites a fused arm's input cotangents before the tape accumulates them. */
-  mapGradients?: (gradients: (Data | null)[], request: unknown) => (Data | null)[];
-  /** Runs the fused forward, throws its result away, and lets the composite arm carry the call. */
-  discardFused?: boolean;
-  /** Runs the composite arm while the counters and the decision log report the fused arm. */
-  mislabel?: boolean;
-}
-
 /** Options of one dispatch. */
 export interface DispatchOptions {
   /** The arm to run; default: the policy's require variable, else its default rule. */
@@ -137,13 +121,6 @@ export interface DispatchOptions {
   strict?: boolean;
   /** No stderr warning for a decline (the decision is still recorded). */
   quiet?: boolean;
-  /**
-   * Falsification switch of the gradient checks: a fused arm's outputs come back as leaves, so
-   * nothing upstream of the op gets a gradient. Recorded in the decisions.
-   */
-  detachOutputs?: boolean;
-  /** Planted defects, for the proof's mutants only. */
-  [SEAM_HOOKS]?: SeamHooks;
 }
 
 /** How many decisions a seam keeps; older ones are dropped (their count is kept in `index`). */
@@ -212,6 +189,15 @@ export class Seam<R> {
     this.#policy = policy;
   }
 
+  /**
+   * The policy this seam was made with, so that a seam can be derived from it: the same op over
+   * wrapped arms is `new Seam({ ...seam.policy, arms })`, a subclass overriding `run` is
+   * `new Sub(seam.policy)`.
+   */
+  get policy(): SeamPolicy<R> {
+    return this.#policy;
+  }
+
   /** The arms' names, fastest first. */
   get armNames(): string[] {
     return this.#policy.arms.map((a) => a.name);
@@ -260,7 +246,14 @@ export class Seam<R> {
     this.#recorded = 0;
   }
 
-  #record(wanted: string, ran: string, reason: string): void {
+  /**
+   * Records a decision (for a subclass that runs a call otherwise, see {@linkcode Seam.run}).
+   *
+   * @param wanted The arm the call wanted.
+   * @param ran The arm that ran.
+   * @param reason Why, in words.
+   */
+  protected record(wanted: string, ran: string, reason: string): void {
     this.#recorded++;
     this.#decisions.push({ wanted, ran, reason, index: this.#recorded });
     if (this.#decisions.length > DECISION_LOG_SIZE) this.#decisions.shift();
@@ -358,7 +351,7 @@ export class Seam<R> {
       );
     }
     if (unreadableNote !== null) reasons.push(unreadableNote);
-    if (defaultNote !== null && arm === wanted) this.#record(wanted, arm, defaultNote);
+    if (defaultNote !== null && arm === wanted) this.record(wanted, arm, defaultNote);
     return { wanted, ran: arm, reasons, quiet };
   }
 
@@ -369,7 +362,7 @@ export class Seam<R> {
    * @param inputs The op's inputs as tape tensors of one dtype, in the op's order (undefined for
    *   an absent optional input).
    * @param request The op's request (dimensions and settings), validated by the caller.
-   * @param options Arm, strictness, quietness, and the falsification switch.
+   * @param options Arm, strictness and quietness.
    * @returns The outputs and the arm that ran.
    */
   async dispatch(
@@ -385,38 +378,52 @@ export class Seam<R> {
     if (ran !== wanted) {
       this.#counts.declined++;
       const reason = reasons.join("; ");
-      this.#record(wanted, ran, reason);
+      this.record(wanted, ran, reason);
       this.#warn(quiet, wanted, ran, reason);
     } else if (reasons.length > 0) {
-      this.#record(wanted, ran, reasons.join("; "));
+      this.record(wanted, ran, reasons.join("; "));
       this.#warn(quiet, wanted, ran, reasons.join("; "));
     }
-    const hooks = options[SEAM_HOOKS] ?? {};
-    if (options.detachOutputs !== undefined && typeof options.detachOutputs !== "boolean") {
-      throw new TypeError(
-        `options.detachOutputs must be a boolean: got ${typeof options.detachOutputs}`,
-      );
-    }
-    const detach = options.detachOutputs === true;
-    const arm = this.#arm(ran);
-    if (detach && arm.kind === "composite") {
-      throw new TypeError(
-        `options.detachOutputs applies to the fused arms: got the composite arm ${ran}`,
-      );
-    }
-    if (detach) this.#record(wanted, ran, "outputs detached on request (falsification switch)");
+    return { outputs: await this.run(this.#arm(ran), inputs, request, wanted), arm: ran };
+  }
 
+  /**
+   * Runs the arm `dispatch` chose for one call: a composite arm records itself on the tape
+   * (counted as opsPath), a fused arm becomes one custom tape node (counted as fusedFwd, and its
+   * backward as customNodeBwd and fusedBwd).
+   *
+   * This, {@linkcode Seam.count} and {@linkcode Seam.record} are the seam's whole extension
+   * surface. A subclass that runs a call differently must say so through them, so that what it did
+   * shows in the counters and the decisions; no production seam overrides it. The gradient proof's
+   * planted defects and its falsification are such subclasses (checks/mutants.ts), built outside
+   * the production path.
+   *
+   * @param arm The arm chosen for the call.
+   * @param inputs The op's inputs, as given to `dispatch`.
+   * @param request The op's request, as given to `dispatch`.
+   * @param _wanted The arm the call wanted (for a subclass's decisions).
+   * @returns The op's outputs.
+   */
+  protected async run(
+    arm: SeamArm<R>,
+    inputs: readonly (Tensor | undefined)[],
+    request: R,
+    _wanted: string,
+  ): Promise<Tensor[]> {
     if (arm.kind === "composite") {
       this.#counts.opsPath++;
-      return { outputs: arm.record(request, inputs), arm: ran };
+      return arm.record(request, inputs);
     }
-    if (hooks.mislabel === true) {
-      // Planted defect: the composite arm runs, the books say the fused one did.
-      const composite = this.#policy.arms.find((a) => a.kind === "composite") as CompositeArm<R>;
-      this.#counts.fusedFwd++;
-      return { outputs: composite.record(request, inputs), arm: ran };
-    }
-    return await this.#runFused(arm, inputs, request, detach, hooks);
+    return await this.#runFused(arm, inputs, request);
+  }
+
+  /**
+   * Adds one to a counter (for a subclass that runs a call itself, see {@linkcode Seam.run}).
+   *
+   * @param counter The counter.
+   */
+  protected count(counter: keyof SeamCounts): void {
+    this.#counts[counter]++;
   }
 
   /**
@@ -463,7 +470,7 @@ export class Seam<R> {
     const reason = await this.#whyNot(arm, request, call.dtype);
     if (reason !== null) {
       this.#counts.declined++;
-      this.#record(arm.name, "none", reason);
+      this.record(arm.name, "none", reason);
       throw new Error(`${op}: ${where}, but that arm cannot run this call: ${reason}`);
     }
     const forced = force.value === undefined
@@ -471,7 +478,7 @@ export class Seam<R> {
       : this.#checkArmName(env.force, force.value);
     if (forced !== undefined && forced !== arm.name) {
       const note = `${env.force}=${forced} is not honoured: ${where}`;
-      this.#record(arm.name, arm.name, note);
+      this.record(arm.name, arm.name, note);
       this.#warn(options.quiet ?? readEnv(env.quiet).value === "1", arm.name, arm.name, note);
     }
     const result = await call.run();
@@ -484,10 +491,8 @@ export class Seam<R> {
     arm: FusedArm<R>,
     inputs: readonly (Tensor | undefined)[],
     request: R,
-    detach: boolean,
-    hooks: SeamHooks,
-  ): Promise<{ outputs: Tensor[]; arm: string }> {
-    const needsGrad = !detach && tapeOf(inputs) !== undefined;
+  ): Promise<Tensor[]> {
+    const needsGrad = tapeOf(inputs) !== undefined;
     const { outputs, saved } = await arm.forward(request, inputs.map((t) => t?.data), needsGrad);
     this.#counts.fusedFwd++;
     let released = false;
@@ -496,20 +501,12 @@ export class Seam<R> {
       released = true;
       arm.release?.(saved);
     };
-    if (hooks.discardFused === true) {
-      // Planted defect: the fused forward ran, its result is dropped, the composite arm carries on.
-      release();
-      const composite = this.#policy.arms.find((a) => a.kind === "composite") as CompositeArm<R>;
-      this.#counts.opsPath++;
-      return { outputs: composite.record(request, inputs), arm: arm.name };
-    }
-    const values = hooks.mapOutputs ? hooks.mapOutputs(outputs, request) : outputs;
     const shapes = this.#policy.outputShapes(request);
     let tensors: Tensor[];
     try {
       tensors = customNode(`${this.#policy.op}.${arm.name}`, {
         inputs: needsGrad ? inputs : [],
-        outputs: values.map((data, i) => ({ data, shape: shapes[i] })),
+        outputs: outputs.map((data, i) => ({ data, shape: shapes[i] })),
         vjp: async (cotangents) => {
           this.#counts.customNodeBwd++;
           if (released) {
@@ -519,7 +516,7 @@ export class Seam<R> {
           }
           const grads = await arm.backward(saved, cotangents);
           this.#counts.fusedBwd++;
-          return hooks.mapGradients ? hooks.mapGradients(grads, request) : grads;
+          return grads;
         },
         dispose: release,
       });
@@ -533,6 +530,6 @@ export class Seam<R> {
     } else {
       release();
     }
-    return { outputs: tensors, arm: arm.name };
+    return tensors;
   }
 }
