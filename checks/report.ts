@@ -12,8 +12,11 @@ const e = (x: number, digits = 2) => Number.isNaN(x) ? "NaN" : x.toExponential(d
 
 function fdCell(fd: FdRow | null): string {
   if (fd === null) return "not run";
+  if (!fd.finite) {
+    const { index, value } = fd.nonFinite!;
+    return `${Number.isNaN(value) ? "NaN" : "INFINITE"} gradient@${index}`;
+  }
   if (!fd.nonZero) return "ZERO gradient";
-  if (!fd.finite) return "NON-FINITE";
   return fd.probes.map((p) =>
     p.resolved
       ? `${e(p.rel)}@${p.index}`

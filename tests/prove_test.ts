@@ -198,6 +198,74 @@ Deno.test("proveGradients() holds on a small layer and flags only the group behi
   assert.match(bad.rows.find((r) => r.name === "w2")!.status, /FAIL/);
 });
 
+/** A layer w ↦ Σ aᵢ·wᵢ through a custom node without a JVP rule, whose VJP `change` may break. */
+function noJvpSubject(change: (g: number, i: number) => number) {
+  const a = Float64Array.of(1, 0.5, 0.6, 0.5, 1e-3, 0.3);
+  const scaleBy = (t: Tensor) =>
+    customNode("scaleBy", {
+      inputs: [t],
+      outputs: [{ data: t.data.map((v, i) => a[i] * v), shape: t.shape }],
+      vjp: ([g]) => [g === null ? null : g.map((v, i) => change(a[i] * v, i))],
+    })[0];
+  const ones = new Tensor(new Float64Array(6).fill(1), [6]);
+  return {
+    parameters: new Map([
+      ["w", { data: Float64Array.of(0.3, -0.2, 0.5, 0.1, 0.4, -0.6), shape: [6] }],
+    ]),
+    loss: (p: Map<string, Tensor>) => sum(mul(scaleBy(p.get("w")!), ones), 0),
+  };
+}
+
+Deno.test("proveGradients() without a JVP rule does not pass a ×100 error or a sign flip at a coordinate the three probes miss", async () => {
+  // The usual probes of this gradient are 0, 1 and 5: the errors sit at 4 and 2.
+  assert.deepEqual(probeIndices([1, 0.5, 0.6, 0.5, 1e-3, 0.3]), [0, 1, 5]);
+  const good = await proveGradients(noJvpSubject((g) => g));
+  assert.ok(good.ok, good.rows[0].status);
+  assert.match(good.rows[0].status, /^RESOLVED ok at all 6 coordinates \(no directional check: /);
+  const plants: [string, (g: number, i: number) => number, number][] = [
+    ["×100", (g, i) => i === 4 ? 100 * g : g, 4],
+    ["sign flip", (g, i) => i === 2 ? -g : g, 2],
+  ];
+  for (const [what, change, index] of plants) {
+    const report = await proveGradients(noJvpSubject(change));
+    assert.equal(report.ok, false, what);
+    assert.equal(report.rows[0].ok, false, what);
+    assert.doesNotMatch(report.rows[0].status, /ok/, what);
+    assert.match(
+      report.rows[0].status,
+      new RegExp(`^FAIL \\(central differences .* at index ${index};`),
+    );
+  }
+});
+
+Deno.test("proveGradients() reports a group it could not cover without a JVP rule as NOT PROVEN, and fails", async () => {
+  // With room for four probes of six coordinates, even right gradients are not proven.
+  const good = await proveGradients(noJvpSubject((g) => g), { probeAllUpTo: 4 });
+  assert.equal(good.ok, false);
+  assert.deepEqual(good.notProven, ["w"]);
+  assert.match(good.rows[0].status, /^NOT PROVEN \(no directional check: .*4 of 6 coordinates/);
+  const bad = await proveGradients(noJvpSubject((g, i) => i === 4 ? 100 * g : g), {
+    probeAllUpTo: 4,
+  });
+  assert.equal(bad.ok, false);
+  assert.doesNotMatch(bad.rows[0].status, /ok/);
+  await assert.rejects(
+    () => proveGradients(noJvpSubject((g) => g), { probeAllUpTo: 0 }),
+    RangeError,
+  );
+});
+
+Deno.test("proveGradients() names a NaN gradient NaN and an infinite one infinite, not zero", async () => {
+  const nan = await proveGradients(noJvpSubject((g, i) => i === 3 ? NaN : g));
+  assert.equal(nan.ok, false);
+  assert.equal(nan.rows[0].status, "FAIL (NaN gradient at index 3)");
+  assert.deepEqual(nan.rows[0].fd.nonFinite?.index, 3);
+  const inf = await proveGradients(noJvpSubject((g, i) => i === 1 ? -Infinity : g));
+  assert.equal(inf.rows[0].status, "FAIL (infinite gradient at index 1)");
+  const zero = await proveGradients(noJvpSubject(() => 0));
+  assert.equal(zero.rows[0].status, "FAIL (zero gradient)");
+});
+
 Deno.test("deno task prove --help lists the flags and exit codes, and a bad flag exits 2 with a prove: line", async () => {
   const run = (args: string[], env: Record<string, string> = {}) =>
     new Deno.Command(Deno.execPath(), {
