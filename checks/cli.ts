@@ -39,6 +39,8 @@ Flags:
   --json FILE         write every figure (steps, floors, probes, directional and op checks,
                       counters, timings, adapter) to FILE
   --format text|markdown   how the tables print (default text)
+  --wide              every column of the per-group table, each probe with its index and floor
+                      (default: a compact table that fits 100 characters)
   --help              this text
 
 Someone else's kernel (instead of the proof):
@@ -159,6 +161,7 @@ async function main(args: string[]): Promise<number> {
         mutants: { type: "boolean", default: false },
         json: { type: "string" },
         format: { type: "string", default: "text" },
+        wide: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
         child: { type: "boolean", default: false },
         candidate: { type: "string" },
@@ -246,7 +249,7 @@ async function main(args: string[]): Promise<number> {
     ...(repeat !== undefined ? { otherProcess: () => otherProcess(childArgs) } : {}),
   };
   const report = await runProof(base);
-  printReport(report, format, console.log);
+  printReport(report, format, console.log, { wide: values.wide });
   let ok = report.ok;
   const kills: KillRow[] = [];
   if (values.mutants) {
@@ -274,7 +277,7 @@ async function main(args: string[]): Promise<number> {
         expected: !r.ok && mutant.expected.test(diagnosis),
       });
     }
-    printKillTable(kills, format, console.log);
+    printKillTable(kills, format, console.log, { wide: values.wide });
     const killed = kills.filter((k) => k.caught && k.expected).length;
     console.log(`mutants: ${killed} of ${kills.length} killed with their expected diagnosis`);
     ok &&= killed === kills.length;
@@ -283,7 +286,7 @@ async function main(args: string[]): Promise<number> {
     const adapter = status.available ? status.info : { unavailable: status.reason };
     await Deno.writeTextFile(
       values.json,
-      JSON.stringify({ ok, adapter, report, mutants: kills }, null, 2),
+      `${JSON.stringify({ ok, adapter, report, mutants: kills }, null, 2)}\n`,
     );
     console.error(`prove: wrote ${values.json}`);
   }
@@ -353,7 +356,7 @@ async function candidateMain(path: string, o: {
     }
     if (report.diagnosis) console.log(`diagnosis: ${report.diagnosis}`);
     console.log(report.ok ? "CANDIDATE AGREES" : "CANDIDATE DISAGREES");
-    if (o.json) await Deno.writeTextFile(o.json, JSON.stringify(report, null, 2));
+    if (o.json) await Deno.writeTextFile(o.json, `${JSON.stringify(report, null, 2)}\n`);
     return report.ok ? 0 : 1;
   }
   const report = await checkCandidate(file, { precision, chunkSize });
@@ -406,7 +409,7 @@ async function candidateMain(path: string, o: {
       absMax: r.agreement.absDiff,
       refMax: r.agreement.refMax,
     }));
-    await Deno.writeTextFile(o.json, JSON.stringify({ ...report, rows }, null, 2));
+    await Deno.writeTextFile(o.json, `${JSON.stringify({ ...report, rows }, null, 2)}\n`);
     console.error(`prove: wrote ${o.json}`);
   }
   return report.ok ? 0 : 1;
