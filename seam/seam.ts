@@ -259,14 +259,20 @@ export class Seam<R> {
     if (this.#decisions.length > DECISION_LOG_SIZE) this.#decisions.shift();
   }
 
-  #warn(quiet: boolean, wanted: string, ran: string, reason: string): void {
-    const key = `${wanted}\u0000${ran}\u0000${reason}`;
+  /** Prints `line` on stderr unless quiet or already said under `key` in this process. */
+  #say(quiet: boolean, key: string, line: string): void {
     if (quiet || this.#warned.has(key)) return;
     this.#warned.add(key);
+    console.error(line);
+  }
+
+  #warn(quiet: boolean, wanted: string, ran: string, reason: string): void {
     const what = wanted === ran
       ? `the ${ran} arm ran, but ${reason}`
       : `the ${wanted} arm was wanted but the ${ran} arm ran: ${reason}`;
-    console.error(
+    this.#say(
+      quiet,
+      `${wanted}\u0000${ran}\u0000${reason}`,
       `${this.#policy.op}: ${what} (said once per process; quiet: true or ` +
         `${this.#policy.env.quiet}=1 silences it)`,
     );
@@ -292,7 +298,9 @@ export class Seam<R> {
     request: R,
     dtype: ComputeDType,
     options: DispatchOptions,
-  ): Promise<{ wanted: string; ran: string; reasons: string[]; quiet: boolean }> {
+  ): Promise<
+    { wanted: string; ran: string; reasons: string[]; quiet: boolean; envNote: string | null }
+  > {
     const { env } = this.#policy;
     const explicit = options.arm === undefined
       ? undefined
@@ -312,16 +320,6 @@ export class Seam<R> {
     }
     const quiet = options.quiet ?? quietEnv.value === "1";
     const strict = options.strict ?? required !== undefined;
-    // A policy the caller may have set must not be lost in silence: say which could not be read.
-    const unreadable = [require, force].some((r) => r.unreadable)
-      ? [env.require, env.force].filter((_, i) => [require, force][i].unreadable)
-      : [];
-    const unreadableNote = unreadable.length === 0
-      ? null
-      : `${unreadable.join(" and ")} could not be read (no env permission for ${
-        unreadable.length > 1 ? "them" : "it"
-      }), so neither is honoured`;
-
     let wanted: string;
     let defaultNote: string | null = null;
     if (explicit !== undefined) wanted = explicit;
@@ -350,9 +348,23 @@ export class Seam<R> {
         `${this.#policy.op} arm ${wanted} was required but cannot run: ${reasons.join("; ")}`,
       );
     }
-    if (unreadableNote !== null) reasons.push(unreadableNote);
+    // A policy the caller may have set must not be lost in silence, but a variable that could not
+    // have changed this call is not worth a word: the force variable matters only to a call that
+    // names no arm; the require variable to such a call too, or by making a decline an error when
+    // the call left strict unsaid.
+    const matters = [
+      require.unreadable &&
+      (explicit === undefined || (options.strict === undefined && arm !== wanted)),
+      force.unreadable && explicit === undefined,
+    ];
+    const unreadable = [env.require, env.force].filter((_, i) => matters[i]);
+    const envNote = unreadable.length === 0
+      ? null
+      : `${unreadable.join(" and ")} could not be read (no env permission), so ${
+        unreadable.length > 1 ? "neither is" : "it is not"
+      } honoured`;
     if (defaultNote !== null && arm === wanted) this.record(wanted, arm, defaultNote);
-    return { wanted, ran: arm, reasons, quiet };
+    return { wanted, ran: arm, reasons, quiet, envNote };
   }
 
   /**
@@ -374,15 +386,14 @@ export class Seam<R> {
     const first = inputs.find((t) => t !== undefined);
     if (first === undefined) throw new RangeError("inputs must hold a tensor: got none");
     const dtype = first.dtype;
-    const { wanted, ran, reasons, quiet } = await this.#choose(request, dtype, options);
-    if (ran !== wanted) {
-      this.#counts.declined++;
-      const reason = reasons.join("; ");
-      this.record(wanted, ran, reason);
-      this.#warn(quiet, wanted, ran, reason);
-    } else if (reasons.length > 0) {
-      this.record(wanted, ran, reasons.join("; "));
-      this.#warn(quiet, wanted, ran, reasons.join("; "));
+    const { wanted, ran, reasons, quiet, envNote } = await this.#choose(request, dtype, options);
+    const noted = envNote === null ? reasons : [...reasons, envNote];
+    if (ran !== wanted) this.#counts.declined++;
+    if (noted.length > 0) this.record(wanted, ran, noted.join("; "));
+    if (ran !== wanted || reasons.length > 0) this.#warn(quiet, wanted, ran, reasons.join("; "));
+    if (envNote !== null) {
+      // One line per process, whatever the calls: the decisions carry it for each call it touched.
+      this.#say(quiet, "unreadable env", `${this.#policy.op}: ${envNote} (said once per process)`);
     }
     return { outputs: await this.run(this.#arm(ran), inputs, request, wanted), arm: ran };
   }
