@@ -1,10 +1,18 @@
 /**
- * The main job, `deno task prove`: the per-group gradient proof of the KDA layer (docs/kda.md 4).
+ * The main job, `deno task prove`: the per-group gradient proof of the KDA layer (docs/kda.md 4),
+ * and the checker of someone else's kernel (`--candidate FILE`). It is a program, not a library:
+ * it exports nothing, and runs when it is the main module, from a checkout or from the registry.
  * Run it with `--help` for every flag, the exit codes and the tolerances.
  *
- * @example Usage
+ * @example From a checkout
  * ```sh
  * deno task prove --conv --repeat 5 --json proof.json
+ * ```
+ *
+ * @example From the registry
+ * ```sh
+ * deno run --allow-env --allow-read --allow-write --allow-run --allow-net=jsr.io \
+ *   jsr:@deltanet/kda/cli --arm cpu
  * ```
  *
  * @module
@@ -129,12 +137,16 @@ function decode(json: string): Map<string, Float> {
 }
 
 async function otherProcess(args: string[]): Promise<Map<string, Float>> {
+  // A local checkout runs this file; one imported from the registry runs its URL, and its gpu arm
+  // fetches the kernels from there.
+  const local = import.meta.filename;
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
       "run",
       "--allow-env",
       "--allow-read",
-      new URL(import.meta.url).pathname,
+      ...(local === undefined ? [`--allow-net=${new URL(import.meta.url).host}`] : []),
+      local ?? import.meta.url,
       "--child",
       ...args,
     ],

@@ -421,7 +421,6 @@ Deno.test("prove --json FILE ends the file with a newline, and --wide reaches th
   } finally {
     await deno([
       "eval",
-      `--allow-write=${json}`,
       `try { Deno.removeSync(${JSON.stringify(json)}); } catch { /* not written */ }`,
     ]);
   }
