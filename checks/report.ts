@@ -101,7 +101,7 @@ export const WIDTH = 100;
 
 /**
  * Breaks a line at spaces so each piece fits `width` characters, the pieces after the first
- * indented by `indent`; a word longer than the width stays whole.
+ * indented by `indent` (the first keeps its own indent); a word longer than the width stays whole.
  *
  * @param line The line.
  * @param width The width.
@@ -110,10 +110,11 @@ export const WIDTH = 100;
  */
 export function wrapLine(line: string, width: number, indent: string): string[] {
   if (line.length <= width) return [line];
+  const lead = line.match(/^ */)![0];
   const out: string[] = [];
-  let current = "";
-  for (const word of line.split(" ")) {
-    const next = current === "" ? word : `${current} ${word}`;
+  let current = lead;
+  for (const word of line.slice(lead.length).split(" ")) {
+    const next = current.trim() === "" ? current + word : `${current} ${word}`;
     if (next.length <= width || current.trim() === "") {
       current = next;
     } else {

@@ -104,6 +104,10 @@ Deno.test("wrapLine() breaks at spaces within the width and the kill table's tex
   assert.ok(pieces.every((p) => p.length <= 40));
   assert.ok(pieces.slice(1).every((p) => p.startsWith("    ")));
   assert.equal(pieces.map((p) => p.trim()).join(" "), words);
+  // A line's own indent stays on its first piece.
+  const indented = wrapLine(`      ${words}`, 40, "    ");
+  assert.ok(indented[0].startsWith("      w0 "), indented[0]);
+  assert.ok(indented.every((p) => p.length <= 40));
   const row = {
     mutant: "fused-discarded",
     description: "a fused forward runs, its result is discarded and the ops path carries the step",
@@ -119,6 +123,8 @@ Deno.test("wrapLine() breaks at spaces within the width and the kill table's tex
   printKillTable([row], "text", (l) => wide.push(...l.split("\n")), { wide: true });
   assert.equal(wide.length, 2);
   assert.equal(lines.map((l) => l.trim()).join(" "), wide.map((l) => l.trim()).join(" "));
+  // The mark column stays clear: every line after a row's first is indented under the text.
+  assert.ok(lines.slice(1).every((l) => l.startsWith("".padEnd(22))), lines.join("\n"));
 });
 
 Deno.test("agreement() reports NaN as a failure and keeps both magnitudes", () => {
