@@ -5,7 +5,8 @@ import { PARAMETER_TABLE } from "../kda/layer/parameters.ts";
 import type { Arm } from "../kda/_types.ts";
 import type { KdaConfig } from "../kda/layer/config.ts";
 import type { ComputeDType } from "../base/dtype.ts";
-import type { SeamCounts, SeamHooks } from "../seam/seam.ts";
+import type { Seam, SeamCounts } from "../seam/seam.ts";
+import type { KdaRequest } from "../kda/op/arms.ts";
 import type { Agreement } from "./compare.ts";
 import type { DirectionalRow, FdRow } from "./gradients.ts";
 import type { OpCheck } from "./op_check.ts";
@@ -33,12 +34,10 @@ export const DOWNSTREAM_GROUPS: readonly string[] = PARAMETER_TABLE.filter((p) =
   p,
 ) => p.name);
 
-/** A planted defect: seam hooks, or the op's outputs detached, in the arm under test's runs. */
+/** A planted defect: a seam derived from the KDA seam (checks/mutants.ts) that carries it. */
 export interface PlantedDefect {
-  /** Seam hooks for the runs of the arm under test. */
-  hooks?: SeamHooks;
-  /** Detach the op's outputs in those runs. */
-  detach?: boolean;
+  /** The seam the runs of the arm under test dispatch on (through `withKdaSeam`). */
+  seam: Seam<KdaRequest>;
 }
 
 /** One parameter group's row. */

@@ -1,10 +1,18 @@
 /**
- * The main job, `deno task prove`: the per-group gradient proof of the KDA layer (docs/kda.md 4).
+ * The main job, `deno task prove`: the per-group gradient proof of the KDA layer (docs/kda.md 4),
+ * and the checker of someone else's kernel (`--candidate FILE`). It is a program, not a library:
+ * it exports nothing, and runs when it is the main module, from a checkout or from the registry.
  * Run it with `--help` for every flag, the exit codes and the tolerances.
  *
- * @example Usage
+ * @example From a checkout
  * ```sh
  * deno task prove --conv --repeat 5 --json proof.json
+ * ```
+ *
+ * @example From the registry
+ * ```sh
+ * deno run --allow-env --allow-read --allow-write --allow-run --allow-net=jsr.io \
+ *   jsr:@deltanet/kda/cli --arm cpu
  * ```
  *
  * @module
@@ -39,6 +47,8 @@ Flags:
   --json FILE         write every figure (steps, floors, probes, directional and op checks,
                       counters, timings, adapter) to FILE
   --format text|markdown   how the tables print (default text)
+  --wide              every column of the per-group table, each probe with its index and floor
+                      (default: a compact table that fits 100 characters)
   --help              this text
 
 Someone else's kernel (instead of the proof):
@@ -127,12 +137,16 @@ function decode(json: string): Map<string, Float> {
 }
 
 async function otherProcess(args: string[]): Promise<Map<string, Float>> {
+  // A local checkout runs this file; one imported from the registry runs its URL, and its gpu arm
+  // fetches the kernels from there.
+  const local = import.meta.filename;
   const out = await new Deno.Command(Deno.execPath(), {
     args: [
       "run",
       "--allow-env",
       "--allow-read",
-      new URL(import.meta.url).pathname,
+      ...(local === undefined ? [`--allow-net=${new URL(import.meta.url).host}`] : []),
+      local ?? import.meta.url,
       "--child",
       ...args,
     ],
@@ -159,6 +173,7 @@ async function main(args: string[]): Promise<number> {
         mutants: { type: "boolean", default: false },
         json: { type: "string" },
         format: { type: "string", default: "text" },
+        wide: { type: "boolean", default: false },
         help: { type: "boolean", default: false },
         child: { type: "boolean", default: false },
         candidate: { type: "string" },
@@ -246,7 +261,7 @@ async function main(args: string[]): Promise<number> {
     ...(repeat !== undefined ? { otherProcess: () => otherProcess(childArgs) } : {}),
   };
   const report = await runProof(base);
-  printReport(report, format, console.log);
+  printReport(report, format, console.log, { wide: values.wide });
   let ok = report.ok;
   const kills: KillRow[] = [];
   if (values.mutants) {
@@ -274,7 +289,7 @@ async function main(args: string[]): Promise<number> {
         expected: !r.ok && mutant.expected.test(diagnosis),
       });
     }
-    printKillTable(kills, format, console.log);
+    printKillTable(kills, format, console.log, { wide: values.wide });
     const killed = kills.filter((k) => k.caught && k.expected).length;
     console.log(`mutants: ${killed} of ${kills.length} killed with their expected diagnosis`);
     ok &&= killed === kills.length;
@@ -283,7 +298,7 @@ async function main(args: string[]): Promise<number> {
     const adapter = status.available ? status.info : { unavailable: status.reason };
     await Deno.writeTextFile(
       values.json,
-      JSON.stringify({ ok, adapter, report, mutants: kills }, null, 2),
+      `${JSON.stringify({ ok, adapter, report, mutants: kills }, null, 2)}\n`,
     );
     console.error(`prove: wrote ${values.json}`);
   }
@@ -353,7 +368,7 @@ async function candidateMain(path: string, o: {
     }
     if (report.diagnosis) console.log(`diagnosis: ${report.diagnosis}`);
     console.log(report.ok ? "CANDIDATE AGREES" : "CANDIDATE DISAGREES");
-    if (o.json) await Deno.writeTextFile(o.json, JSON.stringify(report, null, 2));
+    if (o.json) await Deno.writeTextFile(o.json, `${JSON.stringify(report, null, 2)}\n`);
     return report.ok ? 0 : 1;
   }
   const report = await checkCandidate(file, { precision, chunkSize });
@@ -406,7 +421,7 @@ async function candidateMain(path: string, o: {
       absMax: r.agreement.absDiff,
       refMax: r.agreement.refMax,
     }));
-    await Deno.writeTextFile(o.json, JSON.stringify({ ...report, rows }, null, 2));
+    await Deno.writeTextFile(o.json, `${JSON.stringify({ ...report, rows }, null, 2)}\n`);
     console.error(`prove: wrote ${o.json}`);
   }
   return report.ok ? 0 : 1;

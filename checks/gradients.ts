@@ -32,7 +32,9 @@ export interface FdRow {
   nonZero: boolean;
   /** Whether every gradient entry is finite. */
   finite: boolean;
-  /** `max|grad|`. */
+  /** The first entry that is NaN or infinite, when one is. */
+  nonFinite?: { index: number; value: number };
+  /** `max|grad|` (NaN when an entry is NaN). */
   gradMax: number;
   /** The derived step h*. */
   step: number;
@@ -48,14 +50,29 @@ export interface FdRow {
   ok: boolean;
 }
 
+/** Options of {@linkcode fdRow}. */
+export interface FdRowOptions {
+  /** The precision the loss is computed in. */
+  dtype: "f64" | "f32";
+  /** The loss's magnitude |L|. */
+  lossScale: number;
+  /** Tolerance of a resolved probe. */
+  tol: number;
+  /** How many of {@linkcode probeIndices}'s coordinates to probe (default 3). */
+  probes?: number;
+  /** The coordinates to probe instead, as flat indices (`probes` is then ignored). */
+  indices?: readonly number[];
+}
+
 /**
- * Central differences of one group at up to three coordinates (docs/kda.md 4).
+ * Central differences of one group at up to three coordinates (docs/kda.md 4), or at the given
+ * ones.
  *
  * @param name The group's name.
  * @param data The group's live values (moved and restored by `lossAt`).
  * @param grad The gradient under test.
  * @param lossAt The loss with coordinate `index` moved by `delta`; it must restore the value.
- * @param options Precision, loss magnitude, tolerance, and the number of coordinates.
+ * @param options Precision, loss magnitude, tolerance, and the coordinates.
  * @returns The row.
  */
 export async function fdRow(
@@ -63,21 +80,32 @@ export async function fdRow(
   data: ArrayLike<number>,
   grad: ArrayLike<number>,
   lossAt: (index: number, delta: number) => Promise<number | { loss: number; step: number }>,
-  options: { dtype: "f64" | "f32"; lossScale: number; tol: number; probes?: number },
+  options: FdRowOptions,
 ): Promise<FdRow> {
-  let gradMax = 0, finite = true, sumSq = 0;
+  let gradMax = 0, sumSq = 0, nonZero = false;
+  let nonFinite: { index: number; value: number } | undefined;
   for (let i = 0; i < grad.length; i++) {
-    if (!Number.isFinite(grad[i])) finite = false;
+    if (!Number.isFinite(grad[i]) && nonFinite === undefined) {
+      nonFinite = { index: i, value: grad[i] };
+    }
+    // NaN !== 0: a NaN gradient is not a zero one.
+    if (grad[i] !== 0) nonZero = true;
     gradMax = Math.max(gradMax, Math.abs(grad[i]));
   }
+  const finite = nonFinite === undefined;
   for (let i = 0; i < data.length; i++) sumSq += data[i] * data[i];
   const rms = Math.sqrt(sumSq / Math.max(1, data.length));
-  const nonZero = gradMax > 0;
   const eps = epsilonOf(options.dtype);
   const step = nonZero && finite ? derivedStep(eps, options.lossScale, gradMax, rms) : NaN;
   const probes: CoordinateProbe[] = [];
   if (nonZero && finite) {
-    for (const index of probeIndices(grad).slice(0, options.probes ?? 3)) {
+    const indices = options.indices ?? probeIndices(grad).slice(0, options.probes ?? 3);
+    for (const index of indices) {
+      if (!(Number.isInteger(index) && index >= 0 && index < grad.length)) {
+        throw new RangeError(
+          `options.indices must hold flat indices below ${grad.length}: got ${index}`,
+        );
+      }
       probes.push(
         await probeCoordinate(
           (delta) => lossAt(index, delta),
@@ -96,6 +124,7 @@ export async function fdRow(
     name,
     nonZero,
     finite,
+    ...(nonFinite === undefined ? {} : { nonFinite }),
     gradMax,
     step,
     eps,
@@ -172,6 +201,13 @@ export interface ProveGradientsOptions {
   directionalTol?: number;
   /** Tolerance of resolved central differences (default 1e-6). */
   fdTol?: number;
+  /**
+   * When a group's directional check cannot run (a custom node on its path has no JVP rule),
+   * central differences probe every coordinate of a group of at most this many entries, and the
+   * group holds only if every one is resolved and agrees; a larger group is probed at this many
+   * coordinates spread over it and is reported NOT PROVEN (default 128).
+   */
+  probeAllUpTo?: number;
 }
 
 /** One group's verdict from {@linkcode proveGradients}. */
@@ -180,7 +216,10 @@ export interface ProveGradientsRow {
   name: string;
   /** Whether every check of the group holds. */
   ok: boolean;
-  /** A one-line status: RESOLVED ok, UNRESOLVED, FAIL and why. */
+  /**
+   * A one-line status: RESOLVED ok, UNRESOLVED by FD but exact by JVP, NOT PROVEN (no exact check
+   * could run and central differences did not cover the group), or FAIL and why.
+   */
   status: string;
   /** The central differences. */
   fd: FdRow;
@@ -190,14 +229,75 @@ export interface ProveGradientsRow {
 
 /** What {@linkcode proveGradients} measured. */
 export interface ProveGradientsReport {
-  /** Whether every group holds and the rerun is bit-identical. */
+  /** Whether every group holds (none failed, none left unproven) and the rerun is bit-identical. */
   ok: boolean;
   /** One row per group. */
   rows: ProveGradientsRow[];
+  /** The groups that did not fail but could not be proven (see `probeAllUpTo`). */
+  notProven: string[];
   /** The loss. */
   loss: number;
   /** Whether a second backward gave the same bits. */
   reproducible: boolean;
+}
+
+/**
+ * The coordinates central differences probe when no exact check can run: all of a group of at
+ * most `limit` entries, else the usual three and the rest of `limit` spread evenly over the group.
+ */
+function coverageIndices(grad: ArrayLike<number>, limit: number): number[] {
+  const n = grad.length;
+  if (n <= limit) return Array.from({ length: n }, (_, i) => i);
+  const picks = new Set(probeIndices(grad));
+  for (let i = 0; picks.size < limit; i++) picks.add(Math.floor(i * n / limit));
+  return [...picks];
+}
+
+const e2 = (x: number) => x.toExponential(2);
+
+/** One group's verdict and status line from its central differences and directional check. */
+function verdict(
+  fd: FdRow,
+  directional: DirectionalRow,
+  fdTol: number,
+  size: number,
+): { ok: boolean; status: string; proven: boolean } {
+  if (!fd.finite) {
+    const { index, value } = fd.nonFinite!;
+    const what = Number.isNaN(value) ? "NaN" : "infinite";
+    return { ok: false, proven: true, status: `FAIL (${what} gradient at index ${index})` };
+  }
+  if (!fd.nonZero) return { ok: false, proven: true, status: "FAIL (zero gradient)" };
+  const failed = fd.probes.filter((p) => p.resolved && !(p.rel <= fdTol));
+  const worst = failed.reduce((w, p) => (p.rel > w.rel ? p : w), failed[0]);
+  const fdFail = worst === undefined
+    ? ""
+    : `central differences ${e2(worst.rel)} at index ${worst.index}`;
+  if (directional.skipped === undefined) {
+    if (!directional.ok) {
+      return { ok: false, proven: true, status: `FAIL (directional ${e2(directional.rel)})` };
+    }
+    if (!fd.resolved) {
+      // Unresolved by central differences is no pass by itself: the exact check ran and held.
+      return { ok: true, proven: true, status: "UNRESOLVED by FD, exact by JVP ok" };
+    }
+    return fd.ok
+      ? { ok: true, proven: true, status: "RESOLVED ok" }
+      : { ok: false, proven: true, status: `FAIL (${fdFail})` };
+  }
+  // No exact check: the central differences must carry the whole group.
+  const why = `no directional check: ${directional.skipped}`;
+  if (worst !== undefined) return { ok: false, proven: true, status: `FAIL (${fdFail}; ${why})` };
+  const resolved = fd.probes.filter((p) => p.resolved).length;
+  if (fd.probes.length === size && resolved === size) {
+    return { ok: true, proven: true, status: `RESOLVED ok at all ${size} coordinates (${why})` };
+  }
+  return {
+    ok: false,
+    proven: false,
+    status: `NOT PROVEN (${why}; central differences resolved and agree at ${resolved} of ` +
+      `${size} coordinates, ${fd.probes.length - resolved} probed UNRESOLVED)`,
+  };
 }
 
 async function lossAndGrads(
@@ -226,13 +326,14 @@ async function lossAndGrads(
 
 /**
  * Proves the gradients of any f64 layer, group by group: central differences at a derived step
- * with a resolvable floor, an exact directional check by forward mode (where every op on the path
- * has a JVP rule; a custom node without one skips that column and says so), and a bit-identical
- * rerun of the backward.
+ * with a resolvable floor, an exact directional check by forward mode, and a bit-identical rerun
+ * of the backward. Where a custom node on a group's path has no JVP rule the exact check cannot
+ * run: central differences then probe every coordinate of a small group (`probeAllUpTo`), and a
+ * group they cannot cover entirely is reported NOT PROVEN, which fails the report.
  *
  * @param subject The named parameters and the loss built from tape ops on them.
  * @param options Seed and tolerances.
- * @returns Whether it holds, and a row per group.
+ * @returns Whether it holds, a row per group, and the groups left unproven.
  *
  * @example Proving a small layer
  * ```ts
@@ -261,6 +362,10 @@ export async function proveGradients(
   const seed = options.seed ?? 0;
   const dirTol = options.directionalTol ?? 1e-10;
   const fdTol = options.fdTol ?? FD_TOL;
+  const probeAllUpTo = options.probeAllUpTo ?? 128;
+  if (!(Number.isInteger(probeAllUpTo) && probeAllUpTo >= 1)) {
+    throw new RangeError(`options.probeAllUpTo must be a positive integer: got ${probeAllUpTo}`);
+  }
   const { loss, grads } = await lossAndGrads(subject);
   const again = await lossAndGrads(subject);
   const reproducible = [...grads].every(([name, g]) => sameBits(g, again.grads.get(name)!));
@@ -271,19 +376,11 @@ export async function proveGradients(
     return m;
   };
   const rows: ProveGradientsRow[] = [];
+  const notProven: string[] = [];
   const names = [...subject.parameters.keys()];
   for (const [gi, name] of names.entries()) {
     const p = subject.parameters.get(name)!;
     const grad = grads.get(name)!;
-    const fd = await fdRow(name, p.data, grad, async (index, delta) => {
-      const original = p.data[index];
-      p.data[index] = original + delta;
-      try {
-        return (await subject.loss(constants())).data[0];
-      } finally {
-        p.data[index] = original;
-      }
-    }, { dtype: "f64", lossScale, tol: fdTol });
     const u = direction(p.data.length, seed * 1000 + gi);
     let directional: DirectionalRow;
     try {
@@ -309,24 +406,22 @@ export async function proveGradients(
         skipped: error instanceof Error ? error.message : String(error),
       };
     }
-    // Unresolved by central differences is no pass by itself: the exact directional check must
-    // then have run and held.
-    const ok = fd.nonZero && fd.finite && directional.ok &&
-      (fd.resolved ? fd.ok : directional.skipped === undefined);
-    const status = !fd.nonZero
-      ? "FAIL (zero gradient)"
-      : !fd.finite
-      ? "FAIL (non-finite gradient)"
-      : !directional.ok
-      ? `FAIL (directional ${directional.rel.toExponential(2)})`
-      : !fd.resolved
-      ? (directional.skipped
-        ? "UNRESOLVED (no directional check)"
-        : "UNRESOLVED by FD, exact by JVP ok")
-      : fd.ok
-      ? "RESOLVED ok"
-      : `FAIL (central differences ${fd.rel.toExponential(2)})`;
+    // Without the exact check, three probes leave every other coordinate unchecked: probe all of a
+    // small group, or many of a large one (which then stays unproven).
+    const exact = directional.skipped === undefined;
+    const indices = exact ? undefined : coverageIndices(grad, probeAllUpTo);
+    const fd = await fdRow(name, p.data, grad, async (index, delta) => {
+      const original = p.data[index];
+      p.data[index] = original + delta;
+      try {
+        return (await subject.loss(constants())).data[0];
+      } finally {
+        p.data[index] = original;
+      }
+    }, { dtype: "f64", lossScale, tol: fdTol, ...(indices ? { indices } : {}) });
+    const { ok, status, proven } = verdict(fd, directional, fdTol, grad.length);
+    if (!proven) notProven.push(name);
     rows.push({ name, ok, status, fd, directional });
   }
-  return { ok: reproducible && rows.every((r) => r.ok), rows, loss, reproducible };
+  return { ok: reproducible && rows.every((r) => r.ok), rows, notProven, loss, reproducible };
 }

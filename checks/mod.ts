@@ -38,6 +38,7 @@ export {
   FD_TOL,
   type FdRow,
   fdRow,
+  type FdRowOptions,
   type GradientSubject,
   proveGradients,
   type ProveGradientsOptions,

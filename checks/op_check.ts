@@ -3,8 +3,8 @@
 // same bytes, and the transpose identity ⟨J u, v⟩ = ⟨u, Jᵀ v⟩ with J u by forward mode.
 
 import { jvp, Tape, Tensor } from "../tape/mod.ts";
-import { SEAM_HOOKS, type SeamHooks } from "../seam/seam.ts";
-import { type KdaRequest, runKda } from "../kda/op/arms.ts";
+import type { Seam } from "../seam/seam.ts";
+import { type KdaRequest, runKda, withKdaSeam } from "../kda/op/arms.ts";
 import type { Arm, ChunkSize, Float } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
 import { mulberry32, normal, subSeed } from "../kda/layer/_random.ts";
@@ -70,20 +70,14 @@ async function vjpOn(
   request: KdaRequest,
   inputs: Float[],
   cot: Float[],
-  hooks: SeamHooks | undefined,
-  detach: boolean,
+  seam: Seam<KdaRequest> | undefined,
 ): Promise<{ o: Float; ht: Float; grads: Float[] }> {
   const tape = new Tape(dtype);
   try {
     const shapes = shapesOf(request);
     const [q, k, v, g, beta, h0] = inputs.map((x, i) => tape.variable(x, shapes[i]));
-    const { o, ht } = await runKda({ q, k, v, g, beta, h0 }, request, {
-      arm,
-      strict: true,
-      quiet: true,
-      detachOutputs: detach,
-      ...(hooks ? { [SEAM_HOOKS]: hooks } : {}),
-    });
+    const run = () => runKda({ q, k, v, g, beta, h0 }, request, { arm, strict: true, quiet: true });
+    const { o, ht } = await (seam === undefined ? run() : withKdaSeam(seam, run));
     // Detached outputs (the falsification) are constants: nothing flows back from them.
     const seeds = [];
     if (o.requiresGrad) seeds.push({ output: o, cotangent: cot[0] });
@@ -106,7 +100,7 @@ async function vjpOn(
  * Runs the op-level section.
  *
  * @param options The arm and dtype under test, the head dims and chunk size, tolerances, seed,
- *   and any planted defect.
+ *   and the seam of any planted defect.
  * @returns Every figure and whether it holds.
  */
 export async function checkOp(options: {
@@ -118,8 +112,7 @@ export async function checkOp(options: {
   forwardTol: number;
   gradTol: number;
   seed: number;
-  hooks?: SeamHooks;
-  detach?: boolean;
+  seam?: Seam<KdaRequest>;
 }): Promise<OpCheck> {
   const { arm, dtype, K, V, chunkSize } = options;
   // Ragged: three full chunks and a short one, so chunk boundaries and the short tail both count.
@@ -140,15 +133,14 @@ export async function checkOp(options: {
     request,
     inputs.map(cast),
     cot.map(cast),
-    options.hooks,
-    options.detach === true,
+    options.seam,
   );
   // The reference sees the very bytes the tested arm saw.
   const same = (a: Float64Array) => Float64Array.from(cast(a));
   const refInputs = inputs.map(same), refCot = cot.map(same);
   // The reference is the plain recurrence, or the f64 chunked arm when the recurrence is on trial.
   const referenceArm: Arm = arm === "ops" ? "cpu" : "ops";
-  const reference = await vjpOn(referenceArm, "f64", request, refInputs, refCot, undefined, false);
+  const reference = await vjpOn(referenceArm, "f64", request, refInputs, refCot, undefined);
   const rows: OpRow[] = [];
   const add = (name: string, a: Float, b: Float, tol: number) => {
     const ag = agreement(a, b);

@@ -4,19 +4,19 @@
 // gradients, a falsification that must go red, bit-identical reruns, and the seam's counters.
 // `runProof` returns everything it measured; report.ts prints it; cli.ts is the main job.
 
-import { KdaModule, type KdaModuleProofOptions } from "../kda/module.ts";
+import { KdaModule, type KdaModuleRunOptions } from "../kda/module.ts";
 import type { Arm, Float } from "../kda/_types.ts";
 import type { KdaConfig } from "../kda/layer/config.ts";
 import { mulberry32, normal, subSeed } from "../kda/layer/_random.ts";
-import { SEAM_HOOKS, type SeamCounts } from "../seam/seam.ts";
-import { resetSeamCounts, seamCounts, seamDecisions } from "../kda/op/op.ts";
-import { armPrecision } from "../kda/op/arms.ts";
+import type { SeamCounts } from "../seam/seam.ts";
+import { armPrecision, kdaSeam, withKdaSeam } from "../kda/op/arms.ts";
 import { type AgreementBars, type ComputeDType, DTYPES } from "../base/dtype.ts";
 import { agreement, sameBits } from "./compare.ts";
 import * as groupChecks from "./gradients.ts";
 import type { DirectionalRow } from "./gradients.ts";
 import { checkOp } from "./op_check.ts";
 import { diagnose } from "./diagnose.ts";
+import { detachedSeam } from "./mutants.ts";
 import {
   CONV_GROUPS,
   DOWNSTREAM_GROUPS,
@@ -44,7 +44,7 @@ export interface ProofOptions {
   checks?: { fd?: boolean; fd32?: boolean; directional?: boolean };
   /** Coordinates probed per group by central differences (default 3). */
   fdProbes?: number;
-  /** A planted defect (the mutants of `--mutants`). */
+  /** A planted defect (the mutants of `--mutants`): the seam the arm under test runs on. */
   defect?: PlantedDefect;
 }
 
@@ -131,21 +131,19 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
   // Differences need the exact f64 layer: an arm that cannot compute in f64 is differenced on the
   // f64 chunked arm, which the reference comparison ties it to.
   const fdArm: Arm = dtype === "f64" ? arm : "cpu";
-  const defect = options.defect ?? {};
-  const testedOptions: KdaModuleProofOptions = {
-    arm,
-    strict: true,
-    quiet: true,
-    ...(defect.detach ? { detachKdaOutputs: true } : {}),
-    ...(defect.hooks ? { [SEAM_HOOKS]: defect.hooks } : {}),
-  };
-  const runTested = () => tested.vjp(xTested, [B, T], rTested, testedOptions);
+  // A planted defect is a seam of its own (checks/mutants.ts): every run of the arm under test
+  // dispatches on it, and its counters are the ones judged.
+  const seamUnderTest = options.defect?.seam ?? kdaSeam;
+  const onTested = <T>(f: () => Promise<T>): Promise<T> =>
+    seamUnderTest === kdaSeam ? f() : withKdaSeam(seamUnderTest, f);
+  const testedOptions: KdaModuleRunOptions = { arm, strict: true, quiet: true };
+  const runTested = () => onTested(() => tested.vjp(xTested, [B, T], rTested, testedOptions));
 
-  resetSeamCounts();
+  seamUnderTest.reset();
   const first = await timed(`backward on the ${arm} arm (${dtype})`, runTested);
-  const seam = seamCounts();
+  const seam = seamUnderTest.counts();
   const seamRule = expectedSeam(arm, seam);
-  const declines = seamDecisions().map((d) => `${d.wanted} -> ${d.ran}: ${d.reason}`);
+  const declines = seamUnderTest.decisions().map((d) => `${d.wanted} -> ${d.ran}: ${d.reason}`);
 
   const ref = await timed(
     `reference backward on the ${referenceArm} arm (f64)`,
@@ -192,7 +190,10 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
             const step = own.data[index] - original; // the step f32 could actually take
             try {
               return {
-                loss: lossOf(await tested.forward(xTested, [B, T], testedOptions), r).loss,
+                loss: lossOf(
+                  await onTested(() => tested.forward(xTested, [B, T], testedOptions)),
+                  r,
+                ).loss,
                 step,
               };
             } finally {
@@ -240,8 +241,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
       forwardTol: bars.outputs,
       gradTol: bars.gradients,
       seed,
-      hooks: defect.hooks,
-      detach: defect.detach,
+      seam: options.defect?.seam,
     }));
 
   // Falsification: detach the op's outputs. Every group upstream of the op must then fail its
@@ -250,10 +250,13 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
   const falsifyOnTested = falsifyArm === arm;
   const falsified = await timed(
     `falsification: ${falsifyArm} arm with the KDA outputs detached`,
-    () => {
-      const o: KdaModuleProofOptions = { arm: falsifyArm, strict: true, detachKdaOutputs: true };
-      return falsifyOnTested ? tested.vjp(xTested, [B, T], rTested, o) : exact.vjp(x, [B, T], r, o);
-    },
+    () =>
+      withKdaSeam(detachedSeam(), () => {
+        const o: KdaModuleRunOptions = { arm: falsifyArm, strict: true };
+        return falsifyOnTested
+          ? tested.vjp(xTested, [B, T], rTested, o)
+          : exact.vjp(x, [B, T], r, o);
+      }),
   );
   const red = names.filter((name) => {
     const a = agreement(falsified.grads.get(name)!, ref.grads.get(name)!);

@@ -20,7 +20,6 @@ import {
   Tape,
   Tensor,
 } from "../tape/mod.ts";
-import { type DispatchOptions, SEAM_HOOKS } from "../seam/seam.ts";
 import type { Arm, Float } from "./_types.ts";
 import { CONV_WIDTH, type KdaConfig, resolveConfig } from "./layer/config.ts";
 import { checkFloatArray } from "./op/_check.ts";
@@ -58,18 +57,7 @@ export interface KdaModuleRunOptions {
   checkParameters?: boolean;
 }
 
-/**
- * The proof's private run options: the falsification switch and planted defects. Not exported by
- * the package's entry point.
- */
-export interface KdaModuleProofOptions extends KdaModuleRunOptions {
-  /** Return the KDA op's outputs detached, so no group upstream of it gets a gradient. */
-  detachKdaOutputs?: boolean;
-  /** Planted defects of the seam. */
-  [SEAM_HOOKS]?: DispatchOptions[typeof SEAM_HOOKS];
-}
-
-const RUN_KEYS = ["arm", "strict", "quiet", "checkParameters", "detachKdaOutputs"];
+const RUN_KEYS = ["arm", "strict", "quiet", "checkParameters"];
 
 /**
  * What a layer carries from one segment of a sequence to the next: the KDA state and, with the
@@ -216,10 +204,9 @@ export class KdaModule {
     return [B, T];
   }
 
-  #checkOptions(options: unknown): KdaModuleProofOptions {
-    const o = checkObject("options", options) as KdaModuleProofOptions;
+  #checkOptions(options: unknown): KdaModuleRunOptions {
+    const o = checkObject("options", options) as KdaModuleRunOptions;
     checkKnownKeys("options", o, RUN_KEYS);
-    checkOptionalBoolean("options.detachKdaOutputs", o.detachKdaOutputs);
     if (checkOptionalBoolean("options.checkParameters", o.checkParameters) !== false) {
       for (const [name, p] of this.#params) {
         const d = p.data;
@@ -241,7 +228,7 @@ export class KdaModule {
     x: Float64Array | Float32Array,
     [B, T]: [number, number],
     params: Map<string, Tensor>,
-    options: KdaModuleProofOptions,
+    options: KdaModuleRunOptions,
     state?: KdaModuleState,
   ): Promise<{ y: Tensor; state: KdaModuleState }> {
     const { dModel: D, heads: H, keyDim: K, valueDim: V, shortConv, minDecay, chunkSize } =
@@ -299,8 +286,6 @@ export class KdaModule {
       arm: options.arm,
       strict: options.strict,
       quiet: options.quiet,
-      detachOutputs: options.detachKdaOutputs,
-      ...(options[SEAM_HOOKS] ? { [SEAM_HOOKS]: options[SEAM_HOOKS] } : {}),
     });
 
     // y = RMSNorm_V(o) ⊙ o_norm_w ⊙ sigmoid(x W_gateᵀ), then the output projection

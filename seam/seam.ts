@@ -4,6 +4,8 @@
 // arm (or lets a composite arm record itself on the tape), counts what ran, and records every
 // decline with its reason. Every decision is made before any arm computes, so no fused forward
 // ever runs and is then discarded: the node's forward values are exactly what the caller receives.
+// A subclass can run a call otherwise through three protected members (run, count, record); only
+// the proof's planted defects (checks/mutants.ts) do, on seams of their own.
 
 import { customNode, type Data, type MaybePromise, tapeOf, type Tensor } from "../tape/mod.ts";
 import type { ComputeDType } from "../base/dtype.ts";
@@ -29,7 +31,7 @@ export interface SeamCounts {
   variants: Record<string, number>;
 }
 
-/** A call that did not run as wanted, ran detached, or whose arm was chosen by a default rule. */
+/** A call that did not run as wanted, whose arm was chosen by a default rule, or that ran otherwise. */
 export interface SeamDecision {
   /** The arm the call wanted. */
   wanted: string;
@@ -130,24 +132,6 @@ export interface SeamPolicy<R> {
   };
 }
 
-/**
- * Test hooks of a call, for the proof's planted defects; reachable only through this symbol, which
- * the package's entry point does not export.
- */
-export const SEAM_HOOKS: unique symbol = Symbol("seam hooks");
-
-/** Planted defects a call can carry (see {@linkcode SEAM_HOOKS}). */
-export interface SeamHooks {
-  /** Rewrites a fused arm's forward outputs before the caller sees them. */
-  mapOutputs?: (outputs: Data[], request: unknown) => Data[];
-  /** Rewrites a fused arm's input cotangents before the tape accumulates them. */
-  mapGradients?: (gradients: (Data | null)[], request: unknown) => (Data | null)[];
-  /** Runs the fused forward, throws its result away, and lets the composite arm carry the call. */
-  discardFused?: boolean;
-  /** Runs the composite arm while the counters and the decision log report the fused arm. */
-  mislabel?: boolean;
-}
-
 /** Options of one dispatch. */
 export interface DispatchOptions {
   /** The arm to run; default: the policy's require variable, else its default rule. */
@@ -156,13 +140,6 @@ export interface DispatchOptions {
   strict?: boolean;
   /** No stderr warning for a decline (the decision is still recorded). */
   quiet?: boolean;
-  /**
-   * Falsification switch of the gradient checks: a fused arm's outputs come back as leaves, so
-   * nothing upstream of the op gets a gradient. Recorded in the decisions.
-   */
-  detachOutputs?: boolean;
-  /** Planted defects, for the proof's mutants only. */
-  [SEAM_HOOKS]?: SeamHooks;
 }
 
 /** How many decisions a seam keeps; older ones are dropped (their count is kept in `index`). */
@@ -232,6 +209,15 @@ export class Seam<R> {
     this.#policy = policy;
   }
 
+  /**
+   * The policy this seam was made with, so that a seam can be derived from it: the same op over
+   * wrapped arms is `new Seam({ ...seam.policy, arms })`, a subclass overriding `run` is
+   * `new Sub(seam.policy)`.
+   */
+  get policy(): SeamPolicy<R> {
+    return this.#policy;
+  }
+
   /** The arms' names, fastest first. */
   get armNames(): string[] {
     return this.#policy.arms.map((a) => a.name);
@@ -266,7 +252,7 @@ export class Seam<R> {
     if (v === undefined) return undefined;
     const key = `${arm.name}:${v.name}`;
     this.#counts.variants[key] = (this.#counts.variants[key] ?? 0) + 1;
-    if (v.note !== null) this.#record(wanted, arm.name, v.note, v.name);
+    if (v.note !== null) this.record(wanted, arm.name, v.note, v.name);
     return v.name;
   }
 
@@ -298,7 +284,15 @@ export class Seam<R> {
     this.#recorded = 0;
   }
 
-  #record(wanted: string, ran: string, reason: string, variant?: string): void {
+  /**
+   * Records a decision (for a subclass that runs a call otherwise, see {@linkcode Seam.run}).
+   *
+   * @param wanted The arm the call wanted.
+   * @param ran The arm that ran.
+   * @param reason Why, in words.
+   * @param variant The variant of the arm that ran, where the arm has variants.
+   */
+  protected record(wanted: string, ran: string, reason: string, variant?: string): void {
     this.#recorded++;
     this.#decisions.push({
       wanted,
@@ -310,14 +304,20 @@ export class Seam<R> {
     if (this.#decisions.length > DECISION_LOG_SIZE) this.#decisions.shift();
   }
 
-  #warn(quiet: boolean, wanted: string, ran: string, reason: string): void {
-    const key = `${wanted}\u0000${ran}\u0000${reason}`;
+  /** Prints `line` on stderr unless quiet or already said under `key` in this process. */
+  #say(quiet: boolean, key: string, line: string): void {
     if (quiet || this.#warned.has(key)) return;
     this.#warned.add(key);
+    console.error(line);
+  }
+
+  #warn(quiet: boolean, wanted: string, ran: string, reason: string): void {
     const what = wanted === ran
       ? `the ${ran} arm ran, but ${reason}`
       : `the ${wanted} arm was wanted but the ${ran} arm ran: ${reason}`;
-    console.error(
+    this.#say(
+      quiet,
+      `${wanted}\u0000${ran}\u0000${reason}`,
       `${this.#policy.op}: ${what} (said once per process; quiet: true or ` +
         `${this.#policy.env.quiet}=1 silences it)`,
     );
@@ -350,7 +350,9 @@ export class Seam<R> {
     options: DispatchOptions,
     backward: boolean,
     pinned?: string,
-  ): Promise<{ wanted: string; ran: string; reasons: string[]; quiet: boolean }> {
+  ): Promise<
+    { wanted: string; ran: string; reasons: string[]; quiet: boolean; envNote: string | null }
+  > {
     const { env, op } = this.#policy;
     const explicit = options.arm === undefined
       ? undefined
@@ -375,17 +377,22 @@ export class Seam<R> {
       const reason = await this.#whyNot(this.#arm(pinned), request, dtype, backward);
       if (reason !== null) {
         this.#counts.declined++;
-        this.#record(pinned, "none", reason);
+        this.record(pinned, "none", reason);
         throw new Error(`${op}: ${where}, but that arm cannot run this call: ${reason}`);
       }
       const reasons = forced !== undefined && forced !== pinned
         ? [`${env.force}=${forced} is not honoured: ${where}`]
         : [];
+      // only the require variable could have changed such a call (by refusing it)
+      const envNote = require.unreadable && explicit === undefined
+        ? `${env.require} could not be read (no env permission), so it is not honoured`
+        : null;
       return {
         wanted: pinned,
         ran: pinned,
         reasons,
         quiet: options.quiet ?? quietEnv.value === "1",
+        envNote,
       };
     }
     if (options.strict !== undefined && typeof options.strict !== "boolean") {
@@ -396,16 +403,6 @@ export class Seam<R> {
     }
     const quiet = options.quiet ?? quietEnv.value === "1";
     const strict = options.strict ?? required !== undefined;
-    // A policy the caller may have set must not be lost in silence: say which could not be read.
-    const unreadable = [require, force].some((r) => r.unreadable)
-      ? [env.require, env.force].filter((_, i) => [require, force][i].unreadable)
-      : [];
-    const unreadableNote = unreadable.length === 0
-      ? null
-      : `${unreadable.join(" and ")} could not be read (no env permission for ${
-        unreadable.length > 1 ? "them" : "it"
-      }), so neither is honoured`;
-
     let wanted: string;
     let defaultNote: string | null = null;
     if (explicit !== undefined) wanted = explicit;
@@ -434,9 +431,23 @@ export class Seam<R> {
         `${this.#policy.op} arm ${wanted} was required but cannot run: ${reasons.join("; ")}`,
       );
     }
-    if (unreadableNote !== null) reasons.push(unreadableNote);
-    if (defaultNote !== null && arm === wanted) this.#record(wanted, arm, defaultNote);
-    return { wanted, ran: arm, reasons, quiet };
+    // A policy the caller may have set must not be lost in silence, but a variable that could not
+    // have changed this call is not worth a word: the force variable matters only to a call that
+    // names no arm; the require variable to such a call too, or by making a decline an error when
+    // the call left strict unsaid.
+    const matters = [
+      require.unreadable &&
+      (explicit === undefined || (options.strict === undefined && arm !== wanted)),
+      force.unreadable && explicit === undefined,
+    ];
+    const unreadable = [env.require, env.force].filter((_, i) => matters[i]);
+    const envNote = unreadable.length === 0
+      ? null
+      : `${unreadable.join(" and ")} could not be read (no env permission), so ${
+        unreadable.length > 1 ? "neither is" : "it is not"
+      } honoured`;
+    if (defaultNote !== null && arm === wanted) this.record(wanted, arm, defaultNote);
+    return { wanted, ran: arm, reasons, quiet, envNote };
   }
 
   /**
@@ -446,7 +457,7 @@ export class Seam<R> {
    * @param inputs The op's inputs as tape tensors of one dtype, in the op's order (undefined for
    *   an absent optional input).
    * @param request The op's request (dimensions and settings), validated by the caller.
-   * @param options Arm, strictness, quietness, and the falsification switch.
+   * @param options Arm, strictness and quietness.
    * @returns The outputs and the arm that ran.
    */
   async dispatch(
@@ -458,48 +469,61 @@ export class Seam<R> {
     const first = inputs.find((t) => t !== undefined);
     if (first === undefined) throw new RangeError("inputs must hold a tensor: got none");
     const dtype = first.dtype;
-    const { wanted, ran, reasons, quiet } = await this.#choose(
+    const { wanted, ran, reasons, quiet, envNote } = await this.#choose(
       request,
       dtype,
       options,
       tapeOf(inputs) !== undefined,
     );
-    if (ran !== wanted) {
-      this.#counts.declined++;
-      const reason = reasons.join("; ");
-      this.#record(wanted, ran, reason);
-      this.#warn(quiet, wanted, ran, reason);
-    } else if (reasons.length > 0) {
-      this.#record(wanted, ran, reasons.join("; "));
-      this.#warn(quiet, wanted, ran, reasons.join("; "));
+    const noted = envNote === null ? reasons : [...reasons, envNote];
+    if (ran !== wanted) this.#counts.declined++;
+    if (noted.length > 0) this.record(wanted, ran, noted.join("; "));
+    if (ran !== wanted || reasons.length > 0) this.#warn(quiet, wanted, ran, reasons.join("; "));
+    if (envNote !== null) {
+      // One line per process, whatever the calls: the decisions carry it for each call it touched.
+      this.#say(quiet, "unreadable env", `${this.#policy.op}: ${envNote} (said once per process)`);
     }
-    const hooks = options[SEAM_HOOKS] ?? {};
-    if (options.detachOutputs !== undefined && typeof options.detachOutputs !== "boolean") {
-      throw new TypeError(
-        `options.detachOutputs must be a boolean: got ${typeof options.detachOutputs}`,
-      );
-    }
-    const detach = options.detachOutputs === true;
-    const arm = this.#arm(ran);
-    if (detach && arm.kind === "composite") {
-      throw new TypeError(
-        `options.detachOutputs applies to the fused arms: got the composite arm ${ran}`,
-      );
-    }
-    if (detach) this.#record(wanted, ran, "outputs detached on request (falsification switch)");
+    return { outputs: await this.run(this.#arm(ran), inputs, request, wanted), arm: ran };
+  }
 
+  /**
+   * Runs the arm `dispatch` chose for one call: a composite arm records itself on the tape
+   * (counted as opsPath), a fused arm becomes one custom tape node (counted as fusedFwd, and its
+   * backward as customNodeBwd and fusedBwd).
+   *
+   * This, {@linkcode Seam.count} and {@linkcode Seam.record} are the seam's whole extension
+   * surface. A subclass that runs a call differently must say so through them, so that what it did
+   * shows in the counters and the decisions; no production seam overrides it. The gradient proof's
+   * planted defects and its falsification are such subclasses (checks/mutants.ts), built outside
+   * the production path.
+   *
+   * @param arm The arm chosen for the call.
+   * @param inputs The op's inputs, as given to `dispatch`.
+   * @param request The op's request, as given to `dispatch`.
+   * @param wanted The arm the call wanted (for the decisions).
+   * @returns The op's outputs.
+   */
+  protected async run(
+    arm: SeamArm<R>,
+    inputs: readonly (Tensor | undefined)[],
+    request: R,
+    wanted: string,
+  ): Promise<Tensor[]> {
     if (arm.kind === "composite") {
       this.#counts.opsPath++;
       this.#countVariant(arm, request, wanted);
-      return { outputs: arm.record(request, inputs), arm: ran };
+      return arm.record(request, inputs);
     }
-    if (hooks.mislabel === true) {
-      // Planted defect: the composite arm runs, the books say the fused one did.
-      const composite = this.#policy.arms.find((a) => a.kind === "composite") as CompositeArm<R>;
-      this.#counts.fusedFwd++;
-      return { outputs: composite.record(request, inputs), arm: ran };
-    }
-    return await this.#runFused(arm, inputs, request, detach, hooks, wanted);
+    return await this.#runFused(arm, inputs, request, wanted);
+  }
+
+  /**
+   * Adds one to a counter (for a subclass that runs a call itself, see {@linkcode Seam.run}).
+   *
+   * @param counter The counter.
+   */
+  protected count(counter: Exclude<keyof SeamCounts, "variants">): void {
+    this.#counts[counter]++;
   }
 
   /**
@@ -526,7 +550,7 @@ export class Seam<R> {
     if (arm.kind !== "fused") {
       throw new TypeError(`call.arm must be a fused arm: got the composite arm ${arm.name}`);
     }
-    const { reasons, quiet } = await this.#choose(
+    const { reasons, quiet, envNote } = await this.#choose(
       request,
       call.dtype,
       options,
@@ -534,8 +558,12 @@ export class Seam<R> {
       arm.name,
     );
     for (const note of reasons) {
-      this.#record(arm.name, arm.name, note);
+      this.record(arm.name, arm.name, note);
       this.#warn(quiet, arm.name, arm.name, note);
+    }
+    if (envNote !== null) {
+      this.record(arm.name, arm.name, envNote);
+      this.#say(quiet, "unreadable env", `${this.#policy.op}: ${envNote} (said once per process)`);
     }
     const result = await call.run();
     this.#counts.fusedFwd++;
@@ -548,11 +576,9 @@ export class Seam<R> {
     arm: FusedArm<R>,
     inputs: readonly (Tensor | undefined)[],
     request: R,
-    detach: boolean,
-    hooks: SeamHooks,
     wanted: string,
-  ): Promise<{ outputs: Tensor[]; arm: string }> {
-    const needsGrad = !detach && tapeOf(inputs) !== undefined;
+  ): Promise<Tensor[]> {
+    const needsGrad = tapeOf(inputs) !== undefined;
     const { outputs, saved } = await arm.forward(request, inputs.map((t) => t?.data), needsGrad);
     this.#counts.fusedFwd++;
     this.#countVariant(arm, request, wanted);
@@ -562,20 +588,12 @@ export class Seam<R> {
       released = true;
       arm.release?.(saved);
     };
-    if (hooks.discardFused === true) {
-      // Planted defect: the fused forward ran, its result is dropped, the composite arm carries on.
-      release();
-      const composite = this.#policy.arms.find((a) => a.kind === "composite") as CompositeArm<R>;
-      this.#counts.opsPath++;
-      return { outputs: composite.record(request, inputs), arm: arm.name };
-    }
-    const values = hooks.mapOutputs ? hooks.mapOutputs(outputs, request) : outputs;
     const shapes = this.#policy.outputShapes(request);
     let tensors: Tensor[];
     try {
       tensors = customNode(`${this.#policy.op}.${arm.name}`, {
         inputs: needsGrad ? inputs : [],
-        outputs: values.map((data, i) => ({ data, shape: shapes[i] })),
+        outputs: outputs.map((data, i) => ({ data, shape: shapes[i] })),
         vjp: async (cotangents) => {
           this.#counts.customNodeBwd++;
           if (released) {
@@ -585,7 +603,7 @@ export class Seam<R> {
           }
           const grads = await arm.backward(saved, cotangents);
           this.#counts.fusedBwd++;
-          return hooks.mapGradients ? hooks.mapGradients(grads, request) : grads;
+          return grads;
         },
         dispose: release,
       });
@@ -599,6 +617,6 @@ export class Seam<R> {
     } else {
       release();
     }
-    return { outputs: tensors, arm: arm.name };
+    return tensors;
   }
 }

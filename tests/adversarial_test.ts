@@ -226,6 +226,38 @@ Deno.test("KDA_REQUIRE_ARM without env permission is named in the decision and o
   }
 });
 
+Deno.test("without env permission a process says so in one line at most, and not at all when the variables could not matter", async () => {
+  const probe = new URL("./_env_probe.ts", import.meta.url);
+  const run = async (mode: string) => {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--no-prompt", "--allow-read", probe.pathname, mode],
+      env: { NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 0, stderr);
+    const decisions = JSON.parse(new TextDecoder().decode(out.stdout)) as { reason: string }[];
+    return { stderr: stderr.split("\n").filter((l) => l !== ""), decisions };
+  };
+  const unreadable = /could not be read/;
+  // Calls of every kind, two of them naming no arm and one declining: one line about the variables.
+  const many = await run("many");
+  assert.equal(many.stderr.filter((l) => unreadable.test(l)).length, 1, many.stderr.join("\n"));
+  assert.match(many.stderr.find((l) => unreadable.test(l))!, /KDA_REQUIRE_ARM and KDA_ARM/);
+  // The decline's own line names its reason, not the variables again.
+  assert.ok(many.stderr.some((l) => /gpu arm was wanted but the cpu arm ran/.test(l)));
+  // Each call the variables could have changed says so in its decision; the call that named cpu
+  // and ran it did not depend on them, and the decline only on the require variable.
+  const noted = many.decisions.filter((d) => unreadable.test(d.reason)).map((d) => d.reason);
+  assert.equal(noted.length, 3, JSON.stringify(many.decisions));
+  assert.match(noted[2], /KDA_REQUIRE_ARM could not be read .*so it is not honoured/);
+  // Arm and strict named: no variable could change the outcome, so nothing is said.
+  const explicit = await run("explicit");
+  assert.deepEqual(explicit.stderr, []);
+  assert.deepEqual(explicit.decisions.filter((d) => unreadable.test(d.reason)), []);
+});
+
 // ---- the smaller items ----
 
 Deno.test("the decision log is bounded and keeps the running total in each entry's index", async () => {

@@ -8,6 +8,8 @@ import { bf16Bits, bf16Value } from "../io/mod.ts";
 import { checkCandidate, compareCandidates } from "../checks/candidate.ts";
 import { checkLayerCandidate } from "../checks/candidate_layer.ts";
 import { heatmapSvg } from "../checks/heatmap.ts";
+import { detachedSeam } from "../checks/mutants.ts";
+import { withKdaSeam } from "../kda/op/arms.ts";
 import { randomKda } from "./_fixtures.ts";
 
 const [B, T, H, K, V] = [2, 150, 2, 8, 6];
@@ -122,8 +124,7 @@ Deno.test("a layer candidate whose op output was detached is diagnosed as a grap
   const [b, t] = [1, 20];
   const x = Float64Array.from({ length: b * t * 8 }, (_, i) => Math.sin(i));
   const dy = Float64Array.from({ length: b * t * 8 }, (_, i) => Math.cos(i));
-  const proofOptions = { arm: "cpu" as const, detachKdaOutputs: true };
-  const cut = await layer.vjp(x, [b, t], dy, proofOptions);
+  const cut = await withKdaSeam(detachedSeam(), () => layer.vjp(x, [b, t], dy, { arm: "cpu" }));
   const file = new Map<string, SafetensorsInput>([
     ["x", { data: x, shape: [b, t, 8] }],
     ["dy", { data: dy, shape: [b, t, 8] }],

@@ -11,7 +11,26 @@ import {
   probeIndices,
   resolvableFloor,
 } from "../checks/compare.ts";
+import {
+  COLUMNS,
+  COMPACT_COLUMNS,
+  printKillTable,
+  printReport,
+  WIDTH,
+  wrapLine,
+} from "../checks/report.ts";
+import type { ProofReport } from "../checks/_proof_report.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+
+/** What printReport prints, line by line. */
+function printed(report: ProofReport, options: { wide?: boolean } = {}): string[] {
+  const lines: string[] = [];
+  printReport(report, "text", (l) => lines.push(...l.split("\n")), options);
+  return lines;
+}
+
+/** The lines longer than the default width. */
+const tooLong = (lines: string[]) => lines.filter((l) => l.length > WIDTH);
 
 const small = { dModel: 16, heads: 2, keyDim: 8, valueDim: 8, decayRank: 4 };
 
@@ -57,6 +76,55 @@ Deno.test("the falsification goes red: detached outputs zero every upstream grou
     EXPECTED_GROUPS.filter((n) => !["o_norm_w", "o_gate.weight", "o_proj.weight"].includes(n))
       .sort(),
   );
+});
+
+Deno.test("the proof's text fits 100 characters by default, and --wide prints every column and probe", async () => {
+  const report = await runProof({ arm: "cpu", config: small, dims: [1, 20] });
+  const compact = printed(report);
+  assert.deepEqual(tooLong(compact), []);
+  const header = compact.find((l) => l.startsWith("group "))!;
+  // An f64 arm has no own-precision column to show.
+  assert.deepEqual(
+    header.split(/\s{2,}/),
+    COMPACT_COLUMNS.map(([c]) => c).filter((c) => c !== "f32 resolves"),
+  );
+  const wide = printed(report, { wide: true });
+  const wideHeader = wide.find((l) => l.startsWith("group "))!;
+  assert.deepEqual(wideHeader.trim().split(/\s{2,}/), COLUMNS.map(([c]) => c));
+  // Every probe with its index, and the unwrapped lines, are in the wide output only.
+  const row = wide.find((l) => l.startsWith("q_proj.weight"))!;
+  assert.equal(row.match(/@\d+/g)!.length, 3);
+  assert.ok(tooLong(wide).length > 0, "the wide output is wider than the default");
+  assert.equal(compact.find((l) => l.startsWith("q_proj.weight"))!.match(/@\d+/g), null);
+});
+
+Deno.test("wrapLine() breaks at spaces within the width and the kill table's text fits it", () => {
+  const words = Array.from({ length: 60 }, (_, i) => `w${i}`).join(" ");
+  const pieces = wrapLine(words, 40, "    ");
+  assert.ok(pieces.every((p) => p.length <= 40));
+  assert.ok(pieces.slice(1).every((p) => p.startsWith("    ")));
+  assert.equal(pieces.map((p) => p.trim()).join(" "), words);
+  // A line's own indent stays on its first piece.
+  const indented = wrapLine(`      ${words}`, 40, "    ");
+  assert.ok(indented[0].startsWith("      w0 "), indented[0]);
+  assert.ok(indented.every((p) => p.length <= 40));
+  const row = {
+    mutant: "fused-discarded",
+    description: "a fused forward runs, its result is discarded and the ops path carries the step",
+    caught: true,
+    by: "seam counters",
+    diagnosis: "A fused forward was discarded: ".padEnd(160, "x y "),
+    expected: true,
+  };
+  const lines: string[] = [];
+  printKillTable([row], "text", (l) => lines.push(...l.split("\n")));
+  assert.deepEqual(tooLong(lines), []);
+  const wide: string[] = [];
+  printKillTable([row], "text", (l) => wide.push(...l.split("\n")), { wide: true });
+  assert.equal(wide.length, 2);
+  assert.equal(lines.map((l) => l.trim()).join(" "), wide.map((l) => l.trim()).join(" "));
+  // The mark column stays clear: every line after a row's first is indented under the text.
+  assert.ok(lines.slice(1).every((l) => l.startsWith("".padEnd(22))), lines.join("\n"));
 });
 
 Deno.test("agreement() reports NaN as a failure and keeps both magnitudes", () => {
@@ -113,6 +181,15 @@ gpuTest("runProof() holds on the gpu arm against the f64 reference on the same b
   assert.equal(report.seam.opsPath, 0);
   assert.equal(report.seam.declined, 0);
   assert.ok(report.ok);
+  // The f32 arm's own-precision column fits the default width too, and says what f32 resolves.
+  const lines = printed(report);
+  assert.deepEqual(tooLong(lines), []);
+  assert.ok(lines.find((l) => l.startsWith("group "))!.includes("f32 resolves"));
+  for (const row of report.rows) {
+    const cell = lines.find((l) => l.startsWith(`${row.name} `))!;
+    const resolved = row.fd32!.probes.filter((p) => p.resolved).length;
+    assert.match(cell, new RegExp(` ${resolved}/${row.fd32!.probes.length}[ ,]`), cell);
+  }
 });
 
 Deno.test("every planted mutant makes the proof fail with its expected diagnosis (cpu arm)", async () => {
@@ -198,6 +275,74 @@ Deno.test("proveGradients() holds on a small layer and flags only the group behi
   assert.match(bad.rows.find((r) => r.name === "w2")!.status, /FAIL/);
 });
 
+/** A layer w ↦ Σ aᵢ·wᵢ through a custom node without a JVP rule, whose VJP `change` may break. */
+function noJvpSubject(change: (g: number, i: number) => number) {
+  const a = Float64Array.of(1, 0.5, 0.6, 0.5, 1e-3, 0.3);
+  const scaleBy = (t: Tensor) =>
+    customNode("scaleBy", {
+      inputs: [t],
+      outputs: [{ data: t.data.map((v, i) => a[i] * v), shape: t.shape }],
+      vjp: ([g]) => [g === null ? null : g.map((v, i) => change(a[i] * v, i))],
+    })[0];
+  const ones = new Tensor(new Float64Array(6).fill(1), [6]);
+  return {
+    parameters: new Map([
+      ["w", { data: Float64Array.of(0.3, -0.2, 0.5, 0.1, 0.4, -0.6), shape: [6] }],
+    ]),
+    loss: (p: Map<string, Tensor>) => sum(mul(scaleBy(p.get("w")!), ones), 0),
+  };
+}
+
+Deno.test("proveGradients() without a JVP rule does not pass a ×100 error or a sign flip at a coordinate the three probes miss", async () => {
+  // The usual probes of this gradient are 0, 1 and 5: the errors sit at 4 and 2.
+  assert.deepEqual(probeIndices([1, 0.5, 0.6, 0.5, 1e-3, 0.3]), [0, 1, 5]);
+  const good = await proveGradients(noJvpSubject((g) => g));
+  assert.ok(good.ok, good.rows[0].status);
+  assert.match(good.rows[0].status, /^RESOLVED ok at all 6 coordinates \(no directional check: /);
+  const plants: [string, (g: number, i: number) => number, number][] = [
+    ["×100", (g, i) => i === 4 ? 100 * g : g, 4],
+    ["sign flip", (g, i) => i === 2 ? -g : g, 2],
+  ];
+  for (const [what, change, index] of plants) {
+    const report = await proveGradients(noJvpSubject(change));
+    assert.equal(report.ok, false, what);
+    assert.equal(report.rows[0].ok, false, what);
+    assert.doesNotMatch(report.rows[0].status, /ok/, what);
+    assert.match(
+      report.rows[0].status,
+      new RegExp(`^FAIL \\(central differences .* at index ${index};`),
+    );
+  }
+});
+
+Deno.test("proveGradients() reports a group it could not cover without a JVP rule as NOT PROVEN, and fails", async () => {
+  // With room for four probes of six coordinates, even right gradients are not proven.
+  const good = await proveGradients(noJvpSubject((g) => g), { probeAllUpTo: 4 });
+  assert.equal(good.ok, false);
+  assert.deepEqual(good.notProven, ["w"]);
+  assert.match(good.rows[0].status, /^NOT PROVEN \(no directional check: .*4 of 6 coordinates/);
+  const bad = await proveGradients(noJvpSubject((g, i) => i === 4 ? 100 * g : g), {
+    probeAllUpTo: 4,
+  });
+  assert.equal(bad.ok, false);
+  assert.doesNotMatch(bad.rows[0].status, /ok/);
+  await assert.rejects(
+    () => proveGradients(noJvpSubject((g) => g), { probeAllUpTo: 0 }),
+    RangeError,
+  );
+});
+
+Deno.test("proveGradients() names a NaN gradient NaN and an infinite one infinite, not zero", async () => {
+  const nan = await proveGradients(noJvpSubject((g, i) => i === 3 ? NaN : g));
+  assert.equal(nan.ok, false);
+  assert.equal(nan.rows[0].status, "FAIL (NaN gradient at index 3)");
+  assert.deepEqual(nan.rows[0].fd.nonFinite?.index, 3);
+  const inf = await proveGradients(noJvpSubject((g, i) => i === 1 ? -Infinity : g));
+  assert.equal(inf.rows[0].status, "FAIL (infinite gradient at index 1)");
+  const zero = await proveGradients(noJvpSubject(() => 0));
+  assert.equal(zero.rows[0].status, "FAIL (zero gradient)");
+});
+
 Deno.test("deno task prove --help lists the flags and exit codes, and a bad flag exits 2 with a prove: line", async () => {
   const run = (args: string[], env: Record<string, string> = {}) =>
     new Deno.Command(Deno.execPath(), {
@@ -227,6 +372,7 @@ Deno.test("deno task prove --help lists the flags and exit codes, and a bad flag
       "--mutants",
       "--json",
       "--format",
+      "--wide",
     ]
   ) {
     assert.ok(text.includes(flag), flag);
@@ -244,4 +390,44 @@ Deno.test("deno task prove --help lists the flags and exit codes, and a bad flag
     new TextDecoder().decode(conflict.stderr),
     /prove: --arm cpu conflicts with KDA_REQUIRE_ARM=ops/,
   );
+});
+
+Deno.test("prove --json FILE ends the file with a newline, and --wide reaches the printed table", async () => {
+  // The test task grants no --allow-write: the child writes the file, and another one removes it.
+  const json = `${Deno.env.get("TMPDIR") ?? "/tmp"}/kda-prove-${crypto.randomUUID()}.json`;
+  const deno = (args: string[]) =>
+    new Deno.Command(Deno.execPath(), {
+      args,
+      env: { NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+  try {
+    const out = await deno([
+      "run",
+      "--allow-env",
+      "--allow-read",
+      `--allow-write=${json}`,
+      "checks/cli.ts",
+      "--arm",
+      "cpu",
+      "--shape",
+      "1,16",
+      "--json",
+      json,
+      "--wide",
+    ]);
+    assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+    const text = await Deno.readTextFile(json);
+    assert.ok(text.endsWith("}\n"), JSON.stringify(text.slice(-5)));
+    assert.equal(JSON.parse(text).ok, true);
+    const stdout = new TextDecoder().decode(out.stdout).split("\n");
+    const header = stdout.find((l) => l.startsWith("group "))!;
+    assert.deepEqual(header.trim().split(/\s{2,}/), COLUMNS.map(([c]) => c));
+  } finally {
+    await deno([
+      "eval",
+      `try { Deno.removeSync(${JSON.stringify(json)}); } catch { /* not written */ }`,
+    ]);
+  }
 });

@@ -1,11 +1,13 @@
 import assert from "node:assert/strict";
 import * as api from "../mod.ts";
-import type { KdaModuleRunOptions } from "../mod.ts";
+import type { KdaModuleRunOptions, KdaOptions } from "../mod.ts";
 
 const { kda, KdaModule, kdaVjp, resetSeamCounts, seamCounts, seamDecisions } = api;
-import { Tape, Tensor } from "../tape/mod.ts";
+import { scale, Tape, Tensor } from "../tape/mod.ts";
+import { Seam, type SeamArm } from "../seam/seam.ts";
+import { detachedSeam } from "../checks/mutants.ts";
 import { chunkForward } from "../kda/chunk.ts";
-import { runKda } from "../kda/op/arms.ts";
+import { runKda, withKdaSeam } from "../kda/op/arms.ts";
 import { gpuLiveBuffers } from "../kda/gpu/mod.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 import { randomKda } from "./_fixtures.ts";
@@ -165,35 +167,132 @@ Deno.test("KDA_ARM=ops forces the ops arm and records it as a decline", async ()
   });
 });
 
-Deno.test("the detach switch takes only an explicit true and is recorded", async () => {
+Deno.test("the proof's detached seam cuts the graph at the op, says so, and leaves the package's seam alone", async () => {
   const layer = new KdaModule({ dModel: 8, heads: 2, keyDim: 4, valueDim: 3, decayRank: 2 });
   const x = Float64Array.from({ length: 2 * 9 * 8 }, (_, i) => Math.cos(i));
   const dy = Float64Array.from({ length: 2 * 9 * 8 }, (_, i) => Math.sin(i));
   resetSeamCounts();
   const normal = await layer.vjp(x, [2, 9], dy, { arm: "cpu" });
   assert.deepEqual(seamDecisions(), []);
-  const proofOptions = { arm: "cpu" as const, detachKdaOutputs: true };
-  const detached = await layer.vjp(x, [2, 9], dy, proofOptions);
+  resetSeamCounts();
+  const seam = detachedSeam();
+  const detached = await withKdaSeam(seam, () => layer.vjp(x, [2, 9], dy, { arm: "cpu" }));
   assert.deepEqual(detached.y, normal.y);
-  const decisions = seamDecisions();
+  // Counted and recorded on the derived seam, not on the package's.
+  assert.equal(seamCounts().asked, 0);
+  assert.deepEqual(seam.counts(), { ...seamCounts(), asked: 1, fusedFwd: 1 });
+  const decisions = seam.decisions();
   assert.equal(decisions.length, 1);
-  assert.match(decisions[0].reason, /detached on request/);
+  assert.match(decisions[0].reason, /outputs detached/);
   for (const [name, grad] of detached.grads) {
     const downstream = ["o_norm_w", "o_gate.weight", "o_proj.weight"].includes(name);
     const zero = grad.every((v) => v === 0);
     assert.equal(zero, !downstream, `${name}: zero gradient ${zero}`);
   }
-  // Truthy look-alikes are refused, not taken as a yes.
+  // The composite arm has no custom node to detach.
+  await assert.rejects(
+    () => withKdaSeam(detachedSeam(), () => layer.vjp(x, [2, 9], dy, { arm: "ops" })),
+    (e: Error) => e instanceof TypeError && /composite arm ops/.test(e.message),
+  );
+  // After withKdaSeam the layer's calls are back on the package's seam.
+  await layer.vjp(x, [2, 9], dy, { arm: "cpu" });
+  assert.equal(seamCounts().customNodeBwd, 1);
+});
+
+Deno.test("withKdaSeam refuses nesting and restores the package's seam after a throw", async () => {
+  const x = randomKda(shape, 11);
   await assert.rejects(
     () =>
-      layer.vjp(x, [2, 9], dy, { ...proofOptions, detachKdaOutputs: "yes" } as KdaModuleRunOptions),
-    (e: Error) =>
-      e instanceof TypeError && /options.detachKdaOutputs must be a boolean/.test(e.message),
+      withKdaSeam(
+        detachedSeam(),
+        () => withKdaSeam(detachedSeam(), () => Promise.resolve()),
+      ),
+    /must not be nested/,
   );
   await assert.rejects(
-    () => layer.vjp(x, [2, 9], dy, { ...proofOptions, arm: "ops" }),
-    TypeError,
+    () => withKdaSeam(detachedSeam(), () => Promise.reject(new Error("planted"))),
+    /planted/,
   );
+  resetSeamCounts();
+  await kda(x, { arm: "cpu" });
+  assert.equal(seamCounts().asked, 1);
+});
+
+Deno.test("a Seam subclass runs a call its own way through run, count and record", async () => {
+  const plain = {
+    name: "plain",
+    kind: "composite" as const,
+    dtypes: ["f64" as const],
+    whyNot: () => null,
+    record: (_r: unknown, [t]: readonly (Tensor | undefined)[]) => [scale(t!, 2)],
+  };
+  class Halving extends Seam<{ n: number }> {
+    protected override run(
+      arm: SeamArm<{ n: number }>,
+      inputs: readonly (Tensor | undefined)[],
+      _request: { n: number },
+      wanted: string,
+    ): Promise<Tensor[]> {
+      this.count("declined");
+      this.record(wanted, arm.name, "halved");
+      return Promise.resolve([scale(inputs[0]!, 0.5)]);
+    }
+  }
+  const policy = {
+    op: "double",
+    arms: [plain],
+    defaultArm: () => ({ arm: "plain", note: null }),
+    outputShapes: (r: { n: number }) => [[r.n]],
+    env: { force: "DOUBLE_ARM", require: "DOUBLE_REQUIRE_ARM", quiet: "DOUBLE_QUIET" },
+  };
+  const base = new Seam(policy);
+  const derived = new Halving(base.policy);
+  const input = new Tensor(Float64Array.of(2, 4), [2]);
+  assert.deepEqual([...(await base.dispatch([input], { n: 2 })).outputs[0].data], [4, 8]);
+  assert.deepEqual([...(await derived.dispatch([input], { n: 2 })).outputs[0].data], [1, 2]);
+  assert.deepEqual(base.counts(), { ...derived.counts(), declined: 0, opsPath: 1 });
+  assert.deepEqual(derived.counts().declined, 1);
+  assert.deepEqual(derived.decisions().map((d) => d.reason), ["halved"]);
+});
+
+Deno.test("KdaModule takes only its public options: detachKdaOutputs is refused by name", async () => {
+  const layer = new KdaModule({ dModel: 8, heads: 2, keyDim: 4, valueDim: 3, decayRank: 2 });
+  const x = Float64Array.from({ length: 2 * 9 * 8 }, (_, i) => Math.cos(i));
+  const dy = Float64Array.from({ length: 2 * 9 * 8 }, (_, i) => Math.sin(i));
+  const refused = (e: Error) =>
+    e instanceof TypeError &&
+    e.message.startsWith(
+      "options.detachKdaOutputs is not a known field: expected one of " +
+        "arm, strict, quiet, checkParameters (",
+    );
+  const options = { arm: "cpu", detachKdaOutputs: true } as KdaModuleRunOptions;
+  await assert.rejects(() => layer.vjp(x, [2, 9], dy, options), refused);
+  await assert.rejects(() => layer.forward(x, [2, 9], options), refused);
+  // The op's options have no such switch either.
+  await assert.rejects(
+    () => kda(randomKda(shape, 12), { arm: "cpu", detachOutputs: true } as KdaOptions),
+    (e: Error) =>
+      e instanceof TypeError && /options.detachOutputs is not a known field/.test(e.message),
+  );
+});
+
+Deno.test("no entry point of the package exports a way to plant a defect", async () => {
+  const entries = [
+    "../mod.ts",
+    "../tape/mod.ts",
+    "../checks/mod.ts",
+    "../io/mod.ts",
+    "../optim/mod.ts",
+  ];
+  const planting = /hook|mutant|detach|plant|withKdaSeam|derivedSeam|falsif|^Seam$|kdaSeam/i;
+  for (const entry of entries) {
+    const names = Object.keys(await import(entry));
+    assert.ok(names.length > 0, entry);
+    assert.deepEqual(names.filter((n) => planting.test(n)), [], entry);
+  }
+  // The layer's prototype has no hidden run switch.
+  const layerKeys = Object.getOwnPropertyNames(api.KdaModule.prototype);
+  assert.deepEqual(layerKeys.filter((n) => planting.test(n)), []);
 });
 
 reportMissingGpu("seam_test");

@@ -296,6 +296,42 @@ const policy: SeamPolicy<KdaRequest> = {
 /** The one seam of the KDA op: its counters and decision log are the package's. */
 export const kdaSeam: Seam<KdaRequest> = new Seam(policy);
 
+/** The seam `runKda` dispatches on while `withKdaSeam` runs; otherwise none (kdaSeam). */
+let seamInUse: Seam<KdaRequest> | undefined;
+
+/**
+ * Runs `fn` with every KDA call dispatched on `seam` instead of {@linkcode kdaSeam}, then restores
+ * it. This is how the gradient proof's planted defects and its falsification (checks/mutants.ts:
+ * seams derived from kdaSeam's policy) reach the calls the layer makes, with no option of the layer
+ * or the op to carry them: the production signatures stay what users see, and nothing the
+ * package's entry points export leads here. A module variable rather than an async context: the
+ * proof runs its calls one after another and awaits each, so no other KDA call is in flight while
+ * `fn` runs; nesting is refused, so one seam is in use at a time.
+ *
+ * @param seam The seam to dispatch on (one derived from `kdaSeam.policy`).
+ * @param fn The calls to run on it.
+ * @returns What `fn` returns.
+ *
+ * @example Usage
+ * ```ts
+ * import { kdaSeam, withKdaSeam } from "./arms.ts";
+ * import { Seam } from "../../seam/seam.ts";
+ * const other = new Seam(kdaSeam.policy);
+ * await withKdaSeam(other, () => Promise.resolve());
+ * ```
+ */
+export async function withKdaSeam<T>(seam: Seam<KdaRequest>, fn: () => Promise<T>): Promise<T> {
+  if (seamInUse !== undefined) {
+    throw new Error("withKdaSeam must not be nested: a seam is already in use");
+  }
+  seamInUse = seam;
+  try {
+    return await fn();
+  } finally {
+    seamInUse = undefined;
+  }
+}
+
 /**
  * The precision an arm computes in when it is proven or compared: the most precise it takes.
  *
@@ -330,7 +366,7 @@ function repeatHeads(x: Tensor, G: number): Tensor {
  *   g [B,T,HV,K], beta [B,T,HV], h0 [N,HV,K,V] (N = B unless packed).
  * @param request Dimensions, resolved scale and chunk size (already validated); optional `HV`
  *   (grouped value heads) and `cuSeqlens` (a packed batch).
- * @param options Arm, strictness, quietness, falsification switch and test hooks.
+ * @param options Arm, strictness and quietness.
  * @returns `o` [B,T,HV,V], `ht` [N,HV,K,V] and the arm that ran.
  *
  * @example Usage
@@ -358,7 +394,7 @@ export async function runKda(
   request: KdaRequest,
   options: DispatchOptions,
 ): Promise<{ o: Tensor; ht: Tensor; arm: Arm }> {
-  const { outputs: [o, ht], arm } = await kdaSeam.dispatch(
+  const { outputs: [o, ht], arm } = await (seamInUse ?? kdaSeam).dispatch(
     [x.q, x.k, x.v, x.g, x.beta, x.h0],
     request,
     options,

@@ -311,7 +311,8 @@ export function resetSeamCounts(): void {
 
 /**
  * The KDA seam's most recent decisions (at most 64, oldest first): declines with their reasons,
- * detached runs, and default-arm choices worth telling. Each carries its `index` among all
+ * notes on calls that ran as wanted (an environment variable not honoured), and default-arm
+ * choices worth telling. Each carries its `index` among all
  * decisions since the last reset, so a long run shows how many were dropped.
  *
  * @returns A copy of the kept decisions.
