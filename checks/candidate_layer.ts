@@ -17,7 +17,7 @@ import {
   type Precision,
   rounder,
 } from "./_candidate_file.ts";
-import type { UnusedTensor } from "./candidate.ts";
+import { f32Floor, type UnusedTensor } from "./candidate.ts";
 
 /** One group (or the output) against the reference. */
 export interface LayerCandidateRow {
@@ -116,7 +116,8 @@ function inferConfig(
     keyDim: qRows / H,
     valueDim: V,
     decayRank: R,
-    shortConv: shape("q_conv_w") !== undefined,
+    // Any conv group present makes it a conv layer, so a missing one is refused by name.
+    shortConv: PARAMETER_TABLE.some((p) => p.conv && shape(p.name) !== undefined),
   };
 }
 
@@ -256,8 +257,9 @@ export async function checkLayerCandidate(
     name: string,
     got: Float64Array | undefined,
     ref: Float64Array,
-    f32Bar: number,
+    tableBar: number,
   ): LayerCandidateRow => {
+    const f32Bar = f32Floor(tableBar, ref);
     const bar = attainable
       ? Math.max(
         f32Bar,

@@ -2,7 +2,9 @@
 // package's f64 chunked arm on values rounded to the file's dtype (random shapes, dtypes, grouped
 // value heads, packed batches, optional h0/dht/gradients), and mutated ones (wrong shapes, missing
 // tensors, NaN, positive gates, truncated bytes, duplicated keys, huge claimed sizes, bad offsets,
-// head-first layouts, swapped or perturbed results). Each case states what the checker must do:
+// head-first layouts, swapped or perturbed results); and layer candidates (checks/candidate_layer.ts)
+// with theirs (a missing gradient or parameter, NaN, wrong sizes, mixed dtypes, a bare checkpoint).
+// Each case states what the checker must do:
 // agree (a valid file), disagree or refuse (a wrong file), or refuse (a malformed file); a refusal
 // must be a RangeError or TypeError whose message says what "must" hold. The standing slice runs in
 // tests/candidate_test.ts; `deno task fuzz` runs the full sweep (tests/fuzz.ts).
@@ -25,6 +27,8 @@ import {
   writeSafetensors,
 } from "../io/mod.ts";
 import { checkCandidate } from "../checks/candidate.ts";
+import { checkLayerCandidate, isLayerCandidate } from "../checks/candidate_layer.ts";
+import { KdaModule } from "../kda/module.ts";
 
 /** The float dtypes a candidate file may store. */
 export type FileDType = "F64" | "F32" | "F16" | "BF16";
@@ -196,6 +200,8 @@ export interface FuzzCase {
   expect: Expect;
   /** For "agree": a tensor the report must list as unused. */
   unused?: string;
+  /** A layer candidate (checks/candidate_layer.ts). */
+  layer?: boolean;
 }
 
 function header(bytes: Uint8Array): { json: Record<string, unknown>; start: number } {
@@ -428,16 +434,140 @@ export async function mutations(
   return cases;
 }
 
+// ---- layer candidates ----
+
+/**
+ * A valid layer candidate: a small random layer, its input and cotangent, its output and every
+ * group's gradient from the f64 layer on the cpu arm (the checker's reference runs the ops arm),
+ * all stored in `dtype` (values rounded to it first, so the file holds what was computed on).
+ */
+export async function makeLayerCandidate(
+  seed: number,
+): Promise<{ file: Map<string, SafetensorsInput>; dtype: FileDType; groups: string[] }> {
+  const rand = mulberry32(subSeed(seed, "layer"));
+  const int = (lo: number, hi: number) => lo + Math.floor(rand() * (hi - lo + 1));
+  const dtype = (["F32", "BF16", "F64"] as const)[int(0, 2)];
+  const heads = int(1, 2);
+  const config = {
+    dModel: 4 * int(1, 2),
+    heads,
+    keyDim: int(1, 4),
+    valueDim: int(1, 4),
+    decayRank: int(1, 2),
+    shortConv: rand() < 0.3,
+    seed: int(0, 1000),
+  };
+  const layer = new KdaModule(config);
+  for (const p of layer.parameters().values()) p.data.set(p.data.map(ROUND[dtype]));
+  const [B, T] = [int(1, 2), int(1, 12)];
+  const gauss = normal(rand);
+  const x = Float64Array.from({ length: B * T * config.dModel }, () => ROUND[dtype](gauss()));
+  const dy = Float64Array.from({ length: B * T * config.dModel }, () => ROUND[dtype](gauss()));
+  const run = await layer.vjp(x, [B, T], dy, { arm: "cpu", strict: true, quiet: true });
+  const shape = [B, T, config.dModel];
+  const d = dtype as SafetensorsWriteDType;
+  const file = new Map<string, SafetensorsInput>([
+    ["x", { data: x, shape, dtype: d }],
+    ["dy", { data: dy, shape, dtype: d }],
+    ["y", { data: run.y, shape, dtype: d }],
+  ]);
+  for (const [name, p] of layer.parameters()) {
+    file.set(name, { data: p.data, shape: [...p.shape], dtype: d });
+    file.set(`grad/${name}`, { data: run.grads.get(name)!, shape: [...p.shape], dtype: d });
+  }
+  return { file, dtype, groups: [...layer.parameters().keys()] };
+}
+
+/** The mutations of a valid layer candidate, each with what the checker must then do. */
+export function layerMutations(
+  file: Map<string, SafetensorsInput>,
+  dtype: FileDType,
+  groups: readonly string[],
+  rand: () => number,
+): FuzzCase[] {
+  const pick = <X>(xs: readonly X[]): X => xs[Math.floor(rand() * xs.length)];
+  const copy = () =>
+    new Map([...file].map(([n, t]) => [n, { ...t, data: t.data.slice() } as SafetensorsInput]));
+  const bytesOf = (m: Map<string, SafetensorsInput>) => writeSafetensors(m);
+  const cases: FuzzCase[] = [];
+  const add = (label: string, m: Map<string, SafetensorsInput>, expect: Expect) =>
+    cases.push({ label: `layer: ${label}`, bytes: bytesOf(m), expect, layer: true });
+  add("valid", file, "agree");
+  const group = pick(groups);
+  const noGrad = copy();
+  noGrad.delete(`grad/${group}`);
+  add(`missing grad/${group}`, noGrad, "not agree");
+  const noParam = copy();
+  noParam.delete(group);
+  add(`missing ${group}`, noParam, "refuse");
+  for (const name of ["dy", "y"]) {
+    const m = copy();
+    m.delete(name);
+    add(`missing ${name}`, m, "refuse");
+  }
+  const target = pick(["y", `grad/${group}`]);
+  const nan = copy();
+  const nd = nan.get(target)!.data as Float64Array;
+  nd[Math.floor(rand() * nd.length)] = NaN;
+  add(`NaN in ${target}`, nan, "not agree");
+  const off = copy();
+  const od = off.get(target)!.data as Float64Array;
+  let top = 0;
+  for (let i = 0; i < od.length; i++) top = Math.max(top, Math.abs(od[i]));
+  od[Math.floor(rand() * od.length)] += 0.5 * top + 1e-3;
+  add(`${target} off by half its max`, off, "not agree");
+  const nanX = copy();
+  (nanX.get("x")!.data as Float64Array)[0] = NaN;
+  add("NaN in x", nanX, "refuse");
+  const short = copy();
+  const p = short.get(group)!;
+  short.set(group, { ...p, data: p.data.slice(1), shape: [p.data.length - 1] });
+  add(`${group} one element short`, short, "refuse");
+  const flat = copy();
+  flat.set("x", { ...flat.get("x")!, shape: [flat.get("x")!.data.length] });
+  add("x flattened", flat, "refuse");
+  if (dtype !== "F64") {
+    const mixed = copy();
+    mixed.set(group, { ...mixed.get(group)!, dtype: dtype === "F32" ? "F64" : "F32" });
+    add(`${group} in another dtype`, mixed, "refuse");
+  }
+  const checkpoint = new Map([...file].filter(([n]) => groups.includes(n)));
+  cases.push({
+    label: "layer: a checkpoint alone",
+    bytes: writeSafetensors(checkpoint, { format: "kda.layer" }),
+    expect: "refuse",
+    layer: true,
+  });
+  const extra = copy();
+  extra.set("grad/unknown", { data: new Float64Array(2), shape: [2] });
+  cases.push({
+    label: "layer: an unknown tensor",
+    bytes: bytesOf(extra),
+    expect: "agree",
+    unused: "grad/unknown",
+    layer: true,
+  });
+  const valid = bytesOf(file);
+  const at = 1 + Math.floor(rand() * (valid.length - 1));
+  cases.push({
+    label: `layer: truncated at ${at}`,
+    bytes: valid.slice(0, at),
+    expect: "refuse",
+    layer: true,
+  });
+  return cases;
+}
+
 /** One case's outcome: null when the checker did what the case requires, else why not. */
 export async function runCase(c: FuzzCase): Promise<string | null> {
+  if (c.layer) return await runLayerCase(c);
   let report;
   try {
     report = await checkCandidate(readSafetensors(c.bytes));
   } catch (error) {
-    const named = (error instanceof RangeError || error instanceof TypeError) &&
-      / must /.test(error.message);
-    if (!named) return `crashed: ${error instanceof Error ? error.stack : String(error)}`;
-    return c.expect === "agree" ? `refused a valid file: ${error.message}` : null;
+    const why = refusal(error);
+    if (why === null) return `crashed: ${error instanceof Error ? error.stack : String(error)}`;
+    return c.expect === "agree" ? `refused a valid file: ${why}` : null;
   }
   if (c.expect === "refuse") return `did not refuse (ok = ${report.ok})`;
   if (c.expect === "not agree" && report.ok) return "agreed with a wrong file";
@@ -457,14 +587,63 @@ export async function runCase(c: FuzzCase): Promise<string | null> {
   return null;
 }
 
-/** The sweep: `count` valid files from `seed` on, each with its mutations. */
+/** A refusal that names what must hold, or null for any other throw. */
+function refusal(error: unknown): string | null {
+  const named = (error instanceof RangeError || error instanceof TypeError) &&
+    / must /.test(error.message);
+  return named ? error.message : null;
+}
+
+async function runLayerCase(c: FuzzCase): Promise<string | null> {
+  let report;
+  try {
+    const file = readSafetensors(c.bytes);
+    // As the CLI routes it: a file without x is an op candidate, or no candidate at all.
+    report = isLayerCandidate(file) ? await checkLayerCandidate(file) : await checkCandidate(file);
+  } catch (error) {
+    const why = refusal(error);
+    if (why === null) return `crashed: ${error instanceof Error ? error.stack : String(error)}`;
+    return c.expect === "agree" ? `refused a valid file: ${why}` : null;
+  }
+  if (c.expect === "refuse") return `did not refuse (ok = ${report.ok})`;
+  if (c.expect === "not agree" && report.ok) return "agreed with a wrong file";
+  if (c.expect === "agree" && !report.ok) {
+    const rows = "output" in report ? [report.output, ...report.rows] : report.rows;
+    return `disagreed with a valid file: ${
+      rows.filter((r) => !r.ok).map((r) => `${r.name} ${r.agreement.rel} > ${r.bar}`).join(", ")
+    }`;
+  }
+  if (c.expect === "agree" && c.unused && !report.unused.some((u) => u.name === c.unused)) {
+    return `did not report ${c.unused} as unused`;
+  }
+  return null;
+}
+
+/**
+ * The sweep: `count` valid op candidates from `seed` on and `layers` layer candidates, each with
+ * its mutations.
+ */
 export async function candidateSweep(
   seed: number,
   count: number,
   onFailure: (line: string) => void = () => {},
+  layers: number = Math.ceil(count / 10),
 ): Promise<{ cases: number; failures: string[] }> {
   const failures: string[] = [];
   let cases = 0;
+  for (let i = 0; i < layers; i++) {
+    const { file, dtype, groups } = await makeLayerCandidate(seed + i);
+    const rand = mulberry32(subSeed(seed + i, "mutate layer"));
+    for (const c of layerMutations(file, dtype, groups, rand)) {
+      cases++;
+      const why = await runCase(c);
+      if (why !== null) {
+        const line = `layer seed ${seed + i} ${c.label}: ${why}`;
+        failures.push(line);
+        onFailure(line);
+      }
+    }
+  }
   for (let i = 0; i < count; i++) {
     const spec = randomSpec(seed + i);
     const file = await makeCandidate(spec);

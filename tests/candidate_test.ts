@@ -10,6 +10,7 @@ import { checkLayerCandidate } from "../checks/candidate_layer.ts";
 import { heatmapSvg } from "../checks/heatmap.ts";
 import { randomKda } from "./_fixtures.ts";
 import { candidateSweep, makeCandidate } from "./_candidate_fuzz.ts";
+import { DTYPES } from "../base/dtype.ts";
 
 const [B, T, H, K, V] = [2, 150, 2, 8, 6];
 const C = 64 as const;
@@ -524,4 +525,47 @@ Deno.test("the candidate checker agrees with random valid files, never with a wr
   const { cases, failures } = await candidateSweep(1, 20);
   assert.ok(cases >= 20 * 15, `only ${cases} cases`);
   assert.deepEqual(failures, []);
+});
+
+// ---- found by the candidate sweep ----
+
+Deno.test("an f32 result in f32's subnormal range is judged at what storing it in f32 allows", async () => {
+  // o is linear in v without h0: scaling v by 2^-140 scales o into f32's subnormals (~1e-42),
+  // where f32 keeps a few bits only; the candidate stores the exact o in F32.
+  const file = await makeCandidate({ ...SMALL, dtype: "F64", h0: false, results: ["o"] });
+  for (const name of ["v", "o"]) {
+    const t = file.get(name)!;
+    file.set(name, {
+      ...t,
+      data: (t.data as Float64Array).map((x) => x * 2 ** -140),
+      dtype: name === "o" ? "F32" : "F64",
+    });
+  }
+  const report = await checkCandidate(roundTrip(file));
+  const row = report.rows[0];
+  assert.ok(row.agreement.rel > DTYPES.f32.bars!.outputs, `rel ${row.agreement.rel}`);
+  assert.ok(row.ok, `rel ${row.agreement.rel} > bar ${row.bar}`);
+  // A real error there still fails.
+  (file.get("o")!.data as Float64Array)[5] *= 2;
+  assert.equal((await checkCandidate(roundTrip(file))).ok, false);
+});
+
+Deno.test("a layer candidate missing one of its short-conv groups is refused by name", async () => {
+  const layer = new KdaModule({ ...LAYER_CONFIG, shortConv: true });
+  const [b, t] = [1, 6];
+  const x = Float64Array.from({ length: b * t * 8 }, (_, i) => Math.sin(i));
+  const run = await layer.vjp(x, [b, t], x, { arm: "cpu" });
+  const file = new Map<string, SafetensorsInput>([
+    ["x", { data: x, shape: [b, t, 8] }],
+    ["dy", { data: x, shape: [b, t, 8] }],
+    ["y", { data: run.y, shape: [b, t, 8] }],
+  ]);
+  for (const [name, p] of layer.parameters()) {
+    if (name !== "q_conv_w") file.set(name, { data: p.data, shape: [...p.shape] });
+    file.set(`grad/${name}`, { data: run.grads.get(name)!, shape: [...p.shape] });
+  }
+  await assert.rejects(
+    () => checkLayerCandidate(roundTrip(file)),
+    (e: Error) => e instanceof RangeError && /must hold a tensor named q_conv_w/.test(e.message),
+  );
 });

@@ -1,7 +1,8 @@
 // `deno task fuzz`: the adversarial sweep of tests/_adversarial.ts at full size (2,000 cases by
 // default): ops against cpu in f64 and, with an adapter, gpu against cpu on the same f32 bytes.
-// Then the candidate sweep of tests/_candidate_fuzz.ts (500 random candidate files by default, each
-// with its mutations). Exits 1 on any disagreement or candidate failure, 2 on a usage error.
+// Then the candidate sweep of tests/_candidate_fuzz.ts (500 random op candidate files by default
+// and a tenth as many layer ones, each with its mutations). Exits 1 on any disagreement or
+// candidate failure, 2 on a usage error.
 //
 //   deno task fuzz [--cases N] [--seed S] [--no-gpu] [--candidates N]
 
@@ -78,7 +79,9 @@ async function candidateSection(): Promise<number> {
     (line) => console.log(`CANDIDATE ${line}`),
   );
   console.log(
-    `fuzz: ${files} candidate files, ${cases} cases, ${failures.length} failures (${
+    `fuzz: ${files} op and ${
+      Math.ceil(files / 10)
+    } layer candidate files, ${cases} cases, ${failures.length} failures (${
       ((performance.now() - begun) / 1000).toFixed(0)
     } s)`,
   );
