@@ -19,7 +19,8 @@ import { type ProofOptions, provenRun, runProof } from "./prove.ts";
 import { cellText, failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
 import { MUTANTS } from "./mutants.ts";
 import { readSafetensors } from "../io/mod.ts";
-import { checkCandidate, compareCandidates, type Precision } from "./candidate.ts";
+import { checkCandidate, type Precision } from "./candidate.ts";
+import { compareCandidates } from "./candidate_compare.ts";
 import { checkLayerCandidate, isLayerCandidate } from "./candidate_layer.ts";
 import { heatmapSvg } from "./heatmap.ts";
 
