@@ -27,7 +27,8 @@ import { type ProofOptions, provenRun, runProof } from "./prove.ts";
 import { cellText, failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
 import { MUTANTS } from "./mutants.ts";
 import { readSafetensors } from "../io/mod.ts";
-import { checkCandidate, compareCandidates, type Precision } from "./candidate.ts";
+import { checkCandidate, type Precision } from "./candidate.ts";
+import { compareCandidates } from "./candidate_compare.ts";
 import { checkLayerCandidate, isLayerCandidate } from "./candidate_layer.ts";
 import { heatmapSvg } from "./heatmap.ts";
 
@@ -53,10 +54,12 @@ Flags:
 
 Someone else's kernel (instead of the proof):
   --candidate FILE    a safetensors file with the inputs (q, k, v, g, beta; optionally h0, dout,
-                      dht, cu_seqlens) and any results (o, ht, dq, dk, dv, dg, dbeta, dh0) of a
-                      KDA kernel, checked against the exact f64 reference on the same values; or
-                      a layer (x, dy, the parameters, y and grad/<name> gradients)
-  --precision bf16|f16|f32  the precision the candidate claims (default f32): sets the bars
+                      dht, cu_seqlens; v, g, beta, h0 may have HV = a multiple of H heads) and
+                      any results (o, ht, dq, dk, dv, dg, dbeta, dh0) of a KDA kernel, checked
+                      against the exact f64 reference on the same values; or a layer (x, dy, the
+                      parameters, y and grad/<name> for every group); - reads standard input
+  --precision bf16|f16|f32  the precision the candidate claims, which sets the bars (default:
+                      read from the inputs' dtypes: BF16 -> bf16, F16 -> f16, F32 and F64 -> f32)
   --chunk-size N      the candidate's chunk size, to place errors in chunks (default 64)
   --svg FILE          write the heat map of the error per (sequence·head, chunk) to FILE
   --map FILE          a JSON object mapping the candidate's parameter names to this package's
@@ -177,7 +180,7 @@ async function main(args: string[]): Promise<number> {
         help: { type: "boolean", default: false },
         child: { type: "boolean", default: false },
         candidate: { type: "string" },
-        precision: { type: "string", default: "f32" },
+        precision: { type: "string" },
         "chunk-size": { type: "string", default: "64" },
         svg: { type: "string" },
         map: { type: "string" },
@@ -209,7 +212,7 @@ async function main(args: string[]): Promise<number> {
   }
   if (values.candidate !== undefined) {
     return await candidateMain(values.candidate, {
-      precision: values.precision!,
+      precision: values.precision,
       chunkSize: values["chunk-size"]!,
       svg: values.svg,
       map: values.map,
@@ -308,6 +311,7 @@ async function main(args: string[]): Promise<number> {
 
 async function readFileBytes(path: string, flag: string): Promise<Uint8Array> {
   try {
+    if (path === "-") return new Uint8Array(await new Response(Deno.stdin.readable).arrayBuffer());
     return await Deno.readFile(path);
   } catch (error) {
     throw new UsageError(`${flag} ${path} could not be read: ${(error as Error).message}`);
@@ -316,8 +320,32 @@ async function readFileBytes(path: string, flag: string): Promise<Uint8Array> {
 
 const fmt = (x: number) => Number.isNaN(x) ? "NaN" : x.toExponential(2);
 
+async function readMap(path: string): Promise<Record<string, string>> {
+  const text = new TextDecoder().decode(await readFileBytes(path, "--map"));
+  let map: unknown;
+  try {
+    map = JSON.parse(text);
+  } catch (error) {
+    throw new UsageError(`--map ${path} must hold JSON: got ${(error as Error).message}`);
+  }
+  if (
+    typeof map !== "object" || map === null || Array.isArray(map) ||
+    !Object.values(map).every((v) => typeof v === "string")
+  ) {
+    throw new UsageError(
+      `--map must hold a JSON object of names to names: got ${text.slice(0, 60)}`,
+    );
+  }
+  return map as Record<string, string>;
+}
+
+/** Every tensor of the file is either checked or listed here. */
+function printUnused(unused: readonly { name: string; reason: string }[]): void {
+  for (const u of unused) console.log(`unused: ${u.name} (${u.reason})`);
+}
+
 async function candidateMain(path: string, o: {
-  precision: string;
+  precision?: string;
   chunkSize: string;
   svg?: string;
   map?: string;
@@ -325,7 +353,10 @@ async function candidateMain(path: string, o: {
   json?: string;
   format: "text" | "markdown";
 }): Promise<number> {
-  if (o.precision !== "bf16" && o.precision !== "f16" && o.precision !== "f32") {
+  if (
+    o.precision !== undefined && o.precision !== "bf16" && o.precision !== "f16" &&
+    o.precision !== "f32"
+  ) {
     throw new UsageError(`--precision must be bf16, f16 or f32: got ${o.precision}`);
   }
   const chunkSize = Number(o.chunkSize);
@@ -333,7 +364,7 @@ async function candidateMain(path: string, o: {
     throw new UsageError(`--chunk-size must be 16, 32 or 64: got ${o.chunkSize}`);
   }
   const file = readSafetensors(await readFileBytes(path, "--candidate"));
-  const precision = o.precision as Precision;
+  const precision = o.precision as Precision | undefined;
   if (o.compare !== undefined) {
     const other = readSafetensors(await readFileBytes(o.compare, "--compare"));
     const diffs = compareCandidates(file, other);
@@ -351,34 +382,37 @@ async function candidateMain(path: string, o: {
     );
     if (diffs.length > 0) return 1;
   }
-  if (isLayerCandidate(file)) {
-    const map = o.map === undefined
-      ? undefined
-      : JSON.parse(new TextDecoder().decode(await readFileBytes(o.map, "--map")));
+  const map = o.map === undefined ? undefined : await readMap(o.map);
+  if (isLayerCandidate(file, map)) {
     const report = await checkLayerCandidate(file, { precision, map });
     console.log(
-      `layer candidate (${precision} claimed), reference: the f64 ${report.referenceArm} arm`,
+      `layer candidate; reference: the f64 ${report.referenceArm} arm; ${report.precisionNote}`,
     );
     for (const r of [report.output, ...report.rows]) {
       console.log(
-        `  ${r.name.padEnd(22)}${fmt(r.agreement.rel)} (abs ${fmt(r.agreement.absDiff)}, ref ${
-          fmt(r.agreement.refMax)
-        })  bar ${r.bar.toExponential(1)}  ${r.ok ? "ok" : "FAIL"}`,
+        r.missing
+          ? `  ${r.name.padEnd(22)}missing: the file holds no grad/${r.name}  FAIL`
+          : `  ${r.name.padEnd(22)}${fmt(r.agreement.rel)} (abs ${fmt(r.agreement.absDiff)}, ref ${
+            fmt(r.agreement.refMax)
+          })  bar ${r.bar.toExponential(1)}  ${r.ok ? "ok" : "FAIL"}`,
       );
     }
+    printUnused(report.unused);
     if (report.diagnosis) console.log(`diagnosis: ${report.diagnosis}`);
     console.log(report.ok ? "CANDIDATE AGREES" : "CANDIDATE DISAGREES");
     if (o.json) await Deno.writeTextFile(o.json, `${JSON.stringify(report, null, 2)}\n`);
     return report.ok ? 0 : 1;
   }
   const report = await checkCandidate(file, { precision, chunkSize });
-  const { N, lengths, H, K, V } = report.dims;
+  const { N, lengths, H, HV, K, V } = report.dims;
   console.log(
-    `candidate: ${N} sequence(s) of ${
-      [...new Set(lengths)].join("/")
-    } tokens, H=${H} K=${K} V=${V}; ` +
-      `reference: the f64 ${report.referenceArm} arm; ${report.barNote}`,
+    `candidate: ${N} sequence(s) of ${[...new Set(lengths)].join("/")} tokens, H=${H}${
+      HV !== H ? ` HV=${HV}` : ""
+    } K=${K} V=${V}; reference: the f64 ${report.referenceArm} arm; ${report.precisionNote}`,
   );
+  console.log(report.barNote);
+  for (const note of report.notes) console.log(`note: ${note}`);
+  printUnused(report.unused);
   const header = [
     "tensor",
     "max|a−b|/max|b|",
@@ -399,7 +433,7 @@ async function candidateMain(path: string, o: {
       ? `b=${r.worst.b} h=${r.worst.h} k=${r.worst.channel}`
       : `b=${r.worst.b} t=${r.worst.t} h=${r.worst.h} chunk=${r.worst.chunk} ch=${r.worst.channel}`,
     r.bar.toExponential(1),
-    r.ok ? "ok" : "FAIL",
+    !r.checked ? `unchecked: ${r.note}` : r.ok ? "ok" : "FAIL",
   ]);
   if (o.format === "markdown") {
     console.log(`| ${header.map(cellText).join(" | ")} |\n|${header.map(() => "---").join("|")}|`);
@@ -409,7 +443,13 @@ async function candidateMain(path: string, o: {
     console.log(header.map((h, i) => h.padEnd(w[i])).join(""));
     for (const c of cells) console.log(c.map((x, i) => x.padEnd(w[i])).join(""));
   }
-  console.log(report.ok ? "CANDIDATE AGREES" : "CANDIDATE DISAGREES");
+  console.log(
+    report.ok
+      ? "CANDIDATE AGREES"
+      : report.rows.some((r) => r.checked)
+      ? "CANDIDATE DISAGREES"
+      : "CANDIDATE CHECKS NOTHING: every result's reference is all zeros",
+  );
   if (o.svg !== undefined) {
     await Deno.writeTextFile(o.svg, heatmapSvg(report));
     console.error(`prove: wrote ${o.svg}`);

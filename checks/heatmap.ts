@@ -33,14 +33,19 @@ export function heatmapSvg(report: CandidateReport): string {
     parts.push(
       `<text x="${left}" y="${y - 8}" font-size="12">${esc(row.name)}: max|a−b|/max|b| = ${
         row.agreement.rel.toExponential(2)
-      } (bar ${row.bar.toExponential(1)}) ${row.ok ? "ok" : "FAIL"}; rows: ${
-        esc(rowLabel)
-      }, columns: ${esc(colLabel)}</text>`,
+      } (bar ${row.bar.toExponential(1)}) ${
+        !row.checked ? "unchecked" : row.ok ? "ok" : "FAIL"
+      }; rows: ${esc(rowLabel)}, columns: ${esc(colLabel)}</text>`,
     );
     for (let r = 0; r < rows; r++) {
       for (let c = 0; c < cols; c++) {
         const rel = values[r * cols + c] / ref;
-        const level = rel > 0 ? (Math.log10(rel) - floorExp) / -floorExp : 0;
+        // A NaN cell is as bad as it gets: drawn at the top of the scale.
+        const level = Number.isNaN(rel)
+          ? 1
+          : rel > 0
+          ? (Math.log10(rel) - floorExp) / -floorExp
+          : 0;
         parts.push(
           `<rect x="${left + c * cell}" y="${y + r * cell}" width="${cell - 1}" height="${
             cell - 1
@@ -63,7 +68,7 @@ export function heatmapSvg(report: CandidateReport): string {
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${Math.max(width, left + 320)}" height="${
     y + 40
   }" font-family="sans-serif"><text x="10" y="16" font-size="13">candidate error per cell, ` +
-    `relative to each tensor's max|reference| (${report.precision} claimed)</text>${
+    `relative to each tensor's max|reference| (${esc(report.precisionNote)})</text>${
       parts.join("")
     }` +
     `${legend}</svg>\n`;

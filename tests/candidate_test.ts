@@ -2,15 +2,18 @@
 // reference, and each error is found in the right tensor and the right chunk.
 
 import assert from "node:assert/strict";
-import { kda, KdaModule, kdaVjp } from "../mod.ts";
+import { kda, KdaModule, kdaVjp, saveLayer } from "../mod.ts";
 import { readSafetensors, type SafetensorsInput, writeSafetensors } from "../io/mod.ts";
 import { bf16Bits, bf16Value } from "../io/mod.ts";
-import { checkCandidate, compareCandidates } from "../checks/candidate.ts";
+import { checkCandidate } from "../checks/candidate.ts";
+import { compareCandidates } from "../checks/candidate_compare.ts";
 import { checkLayerCandidate } from "../checks/candidate_layer.ts";
 import { heatmapSvg } from "../checks/heatmap.ts";
 import { detachedSeam } from "../checks/mutants.ts";
 import { withKdaSeam } from "../kda/op/arms.ts";
 import { randomKda } from "./_fixtures.ts";
+import { candidateSweep, makeCandidate } from "./_candidate_fuzz.ts";
+import { DTYPES } from "../base/dtype.ts";
 
 const [B, T, H, K, V] = [2, 150, 2, 8, 6];
 const C = 64 as const;
@@ -142,4 +145,429 @@ Deno.test("a layer candidate whose op output was detached is diagnosed as a grap
     file.set(`grad/${name}`, { data: g, shape: file.get(name)!.shape });
   }
   assert.ok((await checkLayerCandidate(roundTrip(file), { precision: "f32" })).ok);
+});
+
+// ---- a candidate that checks nothing must not agree (project issue, item 1) ----
+
+/** A file of the op's layouts with the given dims, every tensor zero-filled except g's decay. */
+function zeroFile(B: number, T: number, h: number, k: number, v: number, cu?: number[]) {
+  const t = (shape: number[], fill = 0.5): SafetensorsInput => ({
+    data: new Float32Array(shape.reduce((a, d) => a * d, 1)).fill(fill),
+    shape,
+  });
+  const m = new Map<string, SafetensorsInput>([
+    ["q", t([B, T, h, k])],
+    ["k", t([B, T, h, k])],
+    ["v", t([B, T, h, v])],
+    ["g", t([B, T, h, k], -0.1)],
+    ["beta", t([B, T, h])],
+    ["o", t([B, T, h, v])],
+  ]);
+  if (cu) m.set("cu_seqlens", { data: Int32Array.from(cu), shape: [cu.length] });
+  return m;
+}
+
+Deno.test("a candidate with a zero dimension (no sequence, token, head or channel) is refused: it checks nothing", async () => {
+  for (const dims of [[0, 5, 2, 4, 3], [2, 0, 2, 4, 3], [2, 5, 0, 4, 3], [2, 5, 2, 0, 3]]) {
+    const [b, t, h, k, v] = dims;
+    await assert.rejects(
+      () => checkCandidate(roundTrip(zeroFile(b, t, h, k, v)), { precision: "f32" }),
+      (e: Error) => e instanceof RangeError && /checks nothing/.test(e.message),
+      `dims ${dims}`,
+    );
+  }
+  await assert.rejects(
+    () => checkCandidate(roundTrip(zeroFile(2, 5, 2, 4, 0)), { precision: "f32" }),
+    (e: Error) => e instanceof RangeError && /v must .*positive/.test(e.message),
+  );
+});
+
+Deno.test("a packed candidate with cu_seqlens = [0] (T = 0) is refused: it holds no sequence", async () => {
+  await assert.rejects(
+    () => checkCandidate(roundTrip(zeroFile(1, 0, 2, 4, 3, [0])), { precision: "f32" }),
+    (e: Error) =>
+      e instanceof RangeError && /cu_seqlens must hold at least 2 offsets/.test(e.message),
+  );
+});
+
+Deno.test("a result whose reference is all zeros is marked unchecked, and a candidate with no checked row does not agree", async () => {
+  const file = zeroFile(1, 6, 1, 2, 2);
+  (file.get("v")!.data as Float32Array).fill(0);
+  (file.get("o")!.data as Float32Array).fill(0);
+  const report = await checkCandidate(roundTrip(file), { precision: "f32" });
+  const row = report.rows.find((r) => r.name === "o")!;
+  assert.equal(row.agreement.refMax, 0);
+  assert.equal(row.checked, false);
+  assert.match(row.note ?? "", /reference is all zeros/);
+  assert.equal(report.ok, false);
+  // A nonzero candidate where the reference is zero is an error found, not an unchecked row.
+  (file.get("o")!.data as Float32Array)[3] = 1e-3;
+  const found = (await checkCandidate(roundTrip(file), { precision: "f32" })).rows[0];
+  assert.deepEqual([found.checked, found.ok, found.agreement.rel], [true, false, Infinity]);
+});
+
+Deno.test("a candidate without h0 or dht says in its report that each is taken as zeros", async () => {
+  const spec = { ...SMALL, h0: false, dht: false, results: ["o", "dq"] };
+  const report = await checkCandidate(roundTrip(await makeCandidate(spec)));
+  assert.ok(report.ok);
+  assert.ok(report.notes.some((n) => /^h0 absent: .*zeros/.test(n)), report.notes.join("; "));
+  assert.ok(report.notes.some((n) => /^dht absent: .*zeros/.test(n)), report.notes.join("; "));
+  const full = await checkCandidate(
+    roundTrip(await makeCandidate({ ...spec, h0: true, dht: true })),
+  );
+  assert.ok(!full.notes.some((n) => /absent/.test(n)), full.notes.join("; "));
+});
+
+Deno.test("tensors the candidate checker does not use are reported as unused", async () => {
+  const file = await makeCandidate({ ...SMALL, results: ["o"] });
+  // dout without any gradient result: nothing to pull it back into.
+  file.set("dout", {
+    data: new Float32Array(file.get("o")!.data.length),
+    shape: file.get("o")!.shape,
+  });
+  file.set("final_state", { data: new Float32Array(4), shape: [4] });
+  const report = await checkCandidate(roundTrip(file));
+  assert.deepEqual(report.unused.map((u) => u.name).sort(), ["dout", "final_state"]);
+  assert.ok(report.ok);
+});
+
+// ---- layer candidates ----
+
+const LAYER_CONFIG = { dModel: 8, heads: 2, keyDim: 4, valueDim: 4, decayRank: 2 };
+
+/** A correct layer candidate from the f64 layer, every tensor stored in `dtype`. */
+async function layerCandidate(dtype: "F32" | "BF16" = "F32") {
+  const layer = new KdaModule(LAYER_CONFIG);
+  const round = dtype === "BF16" ? (x: number) => bf16Value(bf16Bits(x)) : Math.fround;
+  for (const p of layer.parameters().values()) p.data.set(p.data.map(round));
+  const [b, t] = [1, 20];
+  const x = Float64Array.from({ length: b * t * 8 }, (_, i) => round(Math.sin(i)));
+  const dy = Float64Array.from({ length: b * t * 8 }, (_, i) => round(Math.cos(i)));
+  const run = await layer.vjp(x, [b, t], dy, { arm: "cpu" });
+  const file = new Map<string, SafetensorsInput>([
+    ["x", { data: x, shape: [b, t, 8], dtype }],
+    ["dy", { data: dy, shape: [b, t, 8], dtype }],
+    ["y", { data: run.y, shape: [b, t, 8], dtype }],
+  ]);
+  for (const [name, p] of layer.parameters()) {
+    file.set(name, { data: p.data, shape: [...p.shape], dtype });
+    file.set(`grad/${name}`, { data: run.grads.get(name)!, shape: [...p.shape], dtype });
+  }
+  return { layer, file };
+}
+
+Deno.test("a layer candidate missing grad/q_proj.weight gets a failing row named for it", async () => {
+  const { file } = await layerCandidate();
+  file.delete("grad/q_proj.weight");
+  const report = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
+  const row = report.rows.find((r) => r.name === "q_proj.weight");
+  assert.ok(row, "no row for q_proj.weight");
+  assert.equal(row.ok, false);
+  assert.equal(row.missing, true);
+  assert.equal(report.ok, false);
+  assert.match(report.diagnosis ?? "", /grad\/q_proj\.weight/);
+  assert.equal(report.rows.length, new KdaModule(LAYER_CONFIG).parameters().size);
+});
+
+Deno.test("a layer candidate reports the tensors it does not use", async () => {
+  const { file } = await layerCandidate();
+  file.set("grad/not_a_group", { data: new Float32Array(2), shape: [2] });
+  const report = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
+  assert.deepEqual(report.unused.map((u) => u.name), ["grad/not_a_group"]);
+  assert.ok(report.ok);
+});
+
+Deno.test("a layer candidate's precision is read from its dtypes: a bf16 layer agrees at the bf16 bars", async () => {
+  const { file } = await layerCandidate("BF16");
+  const report = await checkLayerCandidate(roundTrip(file));
+  assert.equal(report.precision, "bf16");
+  assert.match(report.precisionNote, /^precision bf16 \(from the file's dtypes/);
+  assert.ok(
+    report.ok,
+    JSON.stringify([report.output, ...report.rows].map((r) => [r.name, r.agreement.rel, r.bar])),
+  );
+});
+
+Deno.test("a layer checkpoint written by saveLayer is refused as such, naming what a candidate holds", async () => {
+  const bytes = saveLayer(new KdaModule(LAYER_CONFIG));
+  for (
+    const check of [
+      () => checkCandidate(readSafetensors(bytes)),
+      () => checkLayerCandidate(readSafetensors(bytes)),
+    ]
+  ) {
+    await assert.rejects(
+      check,
+      (e: Error) =>
+        e instanceof RangeError && /layer checkpoint/.test(e.message) &&
+        /q, k, v, g, beta/.test(e.message) && /x, dy, y and grad\//.test(e.message),
+    );
+  }
+});
+
+// ---- the precision from the file's dtypes, grouped value heads (project issue, item 2) ----
+
+const SMALL = {
+  B: 2,
+  T: 23,
+  H: 2,
+  HV: 2,
+  K: 4,
+  V: 3,
+  dtype: "F32" as const,
+  h0: true,
+  dht: true,
+  results: ["o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"],
+  seed: 11,
+};
+
+Deno.test("without a precision, a bf16 candidate is judged at the bf16 bars read from its dtypes, and says so", async () => {
+  // fla's layout of dtypes: inputs and gradients bf16, the states h0, dht, ht in f32.
+  const file = roundTrip(await makeCandidate({ ...SMALL, dtype: "BF16", stateDtype: "F32" }));
+  const report = await checkCandidate(file);
+  assert.equal(report.precision, "bf16");
+  assert.match(
+    report.precisionNote,
+    /^precision bf16 \(from the file's dtypes: q, k, v, g, beta are BF16/,
+  );
+  assert.ok(report.ok, JSON.stringify(report.rows.map((r) => [r.name, r.agreement.rel, r.bar])));
+  const asF32 = await checkCandidate(file, { precision: "f32" });
+  assert.match(
+    asF32.precisionNote,
+    /^precision f32 \(from --precision; the file's inputs are BF16\)/,
+  );
+  assert.equal(asF32.ok, false);
+});
+
+Deno.test("the precision follows the inputs' dtype: F16 sets the f16 bars, F32 and F64 the f32 bars", async () => {
+  for (const [dtype, precision] of [["F16", "f16"], ["F32", "f32"], ["F64", "f32"]] as const) {
+    const report = await checkCandidate(roundTrip(await makeCandidate({ ...SMALL, dtype })));
+    assert.equal(report.precision, precision, dtype);
+    assert.match(
+      report.precisionNote,
+      new RegExp(`from the file's dtypes: q, k, v, g, beta are ${dtype}`),
+    );
+    assert.ok(report.ok, dtype);
+  }
+});
+
+Deno.test("inputs of mixed dtypes are refused, naming each dtype's tensors, unless a precision is given", async () => {
+  const file = await makeCandidate({ ...SMALL, dtype: "BF16" });
+  file.set("beta", { ...file.get("beta")!, dtype: "F32" });
+  await assert.rejects(
+    () => checkCandidate(roundTrip(file)),
+    (e: Error) => e instanceof RangeError && /BF16 \(q, k, v, g\) and F32 \(beta\)/.test(e.message),
+  );
+  assert.ok((await checkCandidate(roundTrip(file), { precision: "bf16" })).ok);
+});
+
+Deno.test("a grouped-value-head candidate (HV = 3·H) made by the f64 reference agrees in every tensor", async () => {
+  const report = await checkCandidate(roundTrip(await makeCandidate({ ...SMALL, HV: 6 })));
+  assert.equal(report.dims.HV, 6);
+  assert.deepEqual(report.rows.filter((r) => !r.ok).map((r) => r.name), []);
+  assert.equal(report.rows.length, 8);
+});
+
+Deno.test("a grouped-value-head candidate with one head off fails in that tensor alone, at that head", async () => {
+  const { B, T, H, K, V } = SMALL, HV = 6;
+  for (
+    const [name, heads, width, head] of [["dk", H, K, 1], ["dv", HV, V, 4], [
+      "o",
+      HV,
+      V,
+      5,
+    ]] as const
+  ) {
+    const file = await makeCandidate(
+      { ...SMALL, HV, packed: undefined } as typeof SMALL & { HV: number },
+    );
+    const a = file.get(name)!.data as Float64Array;
+    for (let t = 0; t < T; t++) {
+      for (let c = 0; c < width; c++) a[((1 * T + t) * heads + head) * width + c] *= 1.01;
+    }
+    const report = await checkCandidate(roundTrip(file));
+    assert.deepEqual(report.rows.filter((r) => !r.ok).map((r) => r.name), [name]);
+    const row = report.rows.find((r) => r.name === name)!;
+    assert.deepEqual([row.worst.b, row.worst.h], [1, head], name);
+    assert.equal(row.cells.rows, B * heads, name);
+  }
+});
+
+Deno.test("a candidate with K above 256 or a state too large for the reference is refused before it is allocated", async () => {
+  const wide = zeroFile(1, 1, 1, 300, 1);
+  await assert.rejects(
+    () => checkCandidate(roundTrip(wide), { precision: "f32" }),
+    (e: Error) => e instanceof RangeError && /K .*at most 256/.test(e.message),
+  );
+  // 2^11 one-token sequences of 256 × 256 states: 2^27 state elements.
+  const cu = Array.from({ length: 2049 }, (_, i) => i);
+  const big = zeroFile(1, 2048, 1, 256, 256, cu);
+  big.delete("o");
+  big.set("ht", { data: new Float32Array(1), shape: [1] });
+  await assert.rejects(
+    () => checkCandidate(roundTrip(big), { precision: "f32" }),
+    (e: Error) => e instanceof RangeError && /state .* must hold at most/.test(e.message),
+  );
+});
+
+Deno.test("two candidate files are not called bit-identical when they share no result or differ in their inputs", async () => {
+  const a = await makeCandidate({ ...SMALL, results: ["o", "dq"] });
+  const b = await makeCandidate({ ...SMALL, results: ["dq"] });
+  assert.deepEqual(compareCandidates(roundTrip(b), roundTrip(b)), []);
+  assert.throws(
+    () => compareCandidates(roundTrip(a), roundTrip(b)),
+    /same results.*o in the first file only/,
+  );
+  const c = await makeCandidate({ ...SMALL, results: ["o", "dq"], seed: 12 });
+  assert.throws(() => compareCandidates(roundTrip(a), roundTrip(c)), /same inputs.*q differing/);
+  a.delete("dq");
+  a.delete("o");
+  a.set("final_state", { data: new Float32Array(1), shape: [1] });
+  assert.throws(() => compareCandidates(roundTrip(a), roundTrip(a)), /at least one/);
+});
+
+// ---- prove --candidate on the command line ----
+
+async function cli(bytes: Uint8Array, ...args: string[]) {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-env",
+      "--allow-read",
+      "checks/cli.ts",
+      "--candidate",
+      "-",
+      ...args,
+    ],
+    env: { NO_COLOR: "1" },
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const writer = child.stdin.getWriter();
+  await writer.write(bytes);
+  await writer.close();
+  const out = await child.output();
+  const text = new TextDecoder();
+  return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
+}
+
+Deno.test("prove --candidate says where the precision came from, and exits 2 on a file that checks nothing", async () => {
+  const bf16 = writeSafetensors(
+    await makeCandidate({ ...SMALL, dtype: "BF16", stateDtype: "F32" }),
+  );
+  const good = await cli(bf16);
+  assert.equal(good.code, 0, good.stdout + good.stderr);
+  assert.match(good.stdout, /precision bf16 \(from the file's dtypes: q, k, v, g, beta are BF16/);
+  assert.match(good.stdout, /^CANDIDATE AGREES$/m);
+  const forced = await cli(bf16, "--precision", "f32");
+  assert.equal(forced.code, 1);
+  assert.match(forced.stdout, /precision f32 \(from --precision; the file's inputs are BF16\)/);
+  const empty = await cli(writeSafetensors(zeroFile(0, 5, 2, 4, 3)));
+  assert.equal(empty.code, 2, empty.stdout);
+  assert.match(empty.stderr, /^prove: candidate .*checks nothing/m);
+  assert.doesNotMatch(empty.stdout, /AGREES/);
+});
+
+// ---- flash-linear-attention's real chunk_kda (project issue, item 3) ----
+
+// the integrator enables this once the fixture is committed
+const FLA_FIXTURES_COMMITTED = false;
+
+const FLA_FIXTURES = [
+  "tests/fixtures/fla_chunk_kda_bf16.safetensors",
+  "tests/fixtures/fla_chunk_kda_bf16_varlen.safetensors",
+];
+const FLA_COMMAND = "examples/candidate_from_torch.py --impl fla.ops.kda:chunk_kda --dtype bf16";
+
+Deno.test({
+  name:
+    "the candidate checker agrees with flash-linear-attention's chunk_kda (bf16) within the bf16 bars, the precision read from the file",
+  ignore: !FLA_FIXTURES_COMMITTED,
+  fn: async () => {
+    for (const path of FLA_FIXTURES) {
+      let bytes: Uint8Array;
+      try {
+        bytes = await Deno.readFile(path);
+      } catch (error) {
+        assert.fail(
+          `the fixture ${path} is missing (${(error as Error).message}): write it on a GPU ` +
+            `machine with ${FLA_COMMAND}${path.includes("varlen") ? " --B 1 --cu-seqlens …" : ""}`,
+        );
+      }
+      const report = await checkCandidate(readSafetensors(bytes));
+      assert.equal(report.precision, "bf16", path);
+      assert.match(report.precisionNote, /from the file's dtypes/, path);
+      assert.deepEqual(
+        report.rows.map((r) => r.name).sort(),
+        ["dbeta", "dg", "dh0", "dk", "dq", "dv", "ht", "o"],
+        path,
+      );
+      assert.deepEqual(
+        report.rows.filter((r) => !r.ok).map((r) =>
+          `${r.name} ${r.agreement.rel.toExponential(2)} > bar ${r.bar.toExponential(2)}`
+        ),
+        [],
+        path,
+      );
+      assert.deepEqual(report.unused, [], path);
+      assert.ok(report.ok, path);
+    }
+    assert.equal(
+      readSafetensors(await Deno.readFile(FLA_FIXTURES[1])).tensors.has("cu_seqlens"),
+      true,
+      `${FLA_FIXTURES[1]} must be a packed batch (cu_seqlens)`,
+    );
+  },
+});
+
+// ---- the standing slice of the candidate sweep (`deno task fuzz` runs it at full size) ----
+
+Deno.test("the candidate checker agrees with random valid files, never with a wrong one, and refuses malformed ones by name (seeded slice)", async () => {
+  const { cases, failures } = await candidateSweep(1, 20);
+  assert.ok(cases >= 20 * 15, `only ${cases} cases`);
+  assert.deepEqual(failures, []);
+});
+
+// ---- found by the candidate sweep ----
+
+Deno.test("an f32 result in f32's subnormal range is judged at what storing it in f32 allows", async () => {
+  // o is linear in v without h0: scaling v by 2^-140 scales o into f32's subnormals (~1e-42),
+  // where f32 keeps a few bits only; the candidate stores the exact o in F32.
+  const file = await makeCandidate({ ...SMALL, dtype: "F64", h0: false, results: ["o"] });
+  for (const name of ["v", "o"]) {
+    const t = file.get(name)!;
+    file.set(name, {
+      ...t,
+      data: (t.data as Float64Array).map((x) => x * 2 ** -140),
+      dtype: name === "o" ? "F32" : "F64",
+    });
+  }
+  const report = await checkCandidate(roundTrip(file));
+  const row = report.rows[0];
+  assert.ok(row.agreement.rel > DTYPES.f32.bars!.outputs, `rel ${row.agreement.rel}`);
+  assert.ok(row.ok, `rel ${row.agreement.rel} > bar ${row.bar}`);
+  // A real error there still fails.
+  (file.get("o")!.data as Float64Array)[5] *= 2;
+  assert.equal((await checkCandidate(roundTrip(file))).ok, false);
+});
+
+Deno.test("a layer candidate missing one of its short-conv groups is refused by name", async () => {
+  const layer = new KdaModule({ ...LAYER_CONFIG, shortConv: true });
+  const [b, t] = [1, 6];
+  const x = Float64Array.from({ length: b * t * 8 }, (_, i) => Math.sin(i));
+  const run = await layer.vjp(x, [b, t], x, { arm: "cpu" });
+  const file = new Map<string, SafetensorsInput>([
+    ["x", { data: x, shape: [b, t, 8] }],
+    ["dy", { data: x, shape: [b, t, 8] }],
+    ["y", { data: run.y, shape: [b, t, 8] }],
+  ]);
+  for (const [name, p] of layer.parameters()) {
+    if (name !== "q_conv_w") file.set(name, { data: p.data, shape: [...p.shape] });
+    file.set(`grad/${name}`, { data: run.grads.get(name)!, shape: [...p.shape] });
+  }
+  await assert.rejects(
+    () => checkLayerCandidate(roundTrip(file)),
+    (e: Error) => e instanceof RangeError && /must hold a tensor named q_conv_w/.test(e.message),
+  );
 });

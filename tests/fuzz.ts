@@ -1,12 +1,15 @@
 // `deno task fuzz`: the adversarial sweep of tests/_adversarial.ts at full size (2,000 cases by
 // default): ops against cpu in f64 and, with an adapter, gpu against cpu on the same f32 bytes.
-// Exits 1 on any disagreement, 2 on a usage error.
+// Then the candidate sweep of tests/_candidate_fuzz.ts (500 random op candidate files by default
+// and a tenth as many layer ones, each with its mutations). Exits 1 on any disagreement or
+// candidate failure, 2 on a usage error.
 //
-//   deno task fuzz [--cases N] [--seed S] [--no-gpu]
+//   deno task fuzz [--cases N] [--seed S] [--no-gpu] [--candidates N]
 
 import { parseArgs } from "node:util";
 import { gpuStatus } from "../kda/gpu/mod.ts";
 import { checkCase, type Disagreement, edgeCase } from "./_adversarial.ts";
+import { candidateSweep } from "./_candidate_fuzz.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -14,6 +17,7 @@ const { values } = parseArgs({
     cases: { type: "string", default: "2000" },
     seed: { type: "string", default: "1" },
     "no-gpu": { type: "boolean", default: false },
+    candidates: { type: "string", default: "500" },
   },
   strict: true,
 });
@@ -59,4 +63,30 @@ for (const [pair, w] of Object.entries(worst)) {
 console.log(
   `fuzz: ${cases} cases, ${failures.length} disagreements, ${conditioned.length} ill-conditioned tensors within 16× what f32 attains on them`,
 );
-Deno.exit(failures.length === 0 ? 0 : 1);
+
+// ---- the candidate sweep (checks/candidate.ts): valid files agree, wrong ones never do, malformed
+// ones are refused by name ----
+async function candidateSection(): Promise<number> {
+  const files = Number(values.candidates);
+  if (!Number.isInteger(files) || files < 0) {
+    console.error(`fuzz: --candidates must be a non-negative integer: got ${values.candidates}`);
+    Deno.exit(2);
+  }
+  const begun = performance.now();
+  const { cases, failures } = await candidateSweep(
+    seed,
+    files,
+    (line) => console.log(`CANDIDATE ${line}`),
+  );
+  console.log(
+    `fuzz: ${files} op and ${
+      Math.ceil(files / 10)
+    } layer candidate files, ${cases} cases, ${failures.length} failures (${
+      ((performance.now() - begun) / 1000).toFixed(0)
+    } s)`,
+  );
+  return failures.length;
+}
+const candidateFailures = await candidateSection();
+
+Deno.exit(failures.length === 0 && candidateFailures === 0 ? 0 : 1);
