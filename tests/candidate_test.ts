@@ -471,19 +471,18 @@ Deno.test("prove --candidate says where the precision came from, and exits 2 on 
 
 // ---- flash-linear-attention's real chunk_kda (project issue, item 3) ----
 
-// the integrator enables this once the fixture is committed
-const FLA_FIXTURES_COMMITTED = false;
-
+// Written on an H200 by tests/fixtures/make_fla_fixtures.py (fla bc3b101d, Triton 3.6): a batch,
+// a packed batch and grouped value heads (HV = 2 H).
 const FLA_FIXTURES = [
   "tests/fixtures/fla_chunk_kda_bf16.safetensors",
   "tests/fixtures/fla_chunk_kda_bf16_varlen.safetensors",
+  "tests/fixtures/fla_chunk_kda_bf16_gva.safetensors",
 ];
 const FLA_COMMAND = "examples/candidate_from_torch.py --impl fla.ops.kda:chunk_kda --dtype bf16";
 
 Deno.test({
   name:
-    "the candidate checker agrees with flash-linear-attention's chunk_kda (bf16) within the bf16 bars, the precision read from the file",
-  ignore: !FLA_FIXTURES_COMMITTED,
+    "the candidate checker agrees with flash-linear-attention's chunk_kda (bf16) within the bf16 bars, the precision read from the file, packed and with grouped value heads too",
   fn: async () => {
     for (const path of FLA_FIXTURES) {
       let bytes: Uint8Array;
@@ -518,6 +517,8 @@ Deno.test({
       true,
       `${FLA_FIXTURES[1]} must be a packed batch (cu_seqlens)`,
     );
+    const gva = readSafetensors(await Deno.readFile(FLA_FIXTURES[2])).tensors;
+    assert.equal(gva.get("v")!.shape[2], 2 * gva.get("q")!.shape[2], "HV = 2 H in the gva file");
   },
 });
 
