@@ -214,7 +214,8 @@ function makeBuffers(
     const spot = only === undefined ? undefined : spots.get(only);
     if (only !== undefined && spot?.whole === true) {
       const given = IN_ARRAYS.has(only) ? arrays[only] : targets?.[only];
-      if (given !== undefined) {
+      // a caller's buffer made without STORAGE usage cannot be bound: it is copied instead
+      if (given !== undefined && (given.buffer.usage & GPUBufferUsage.STORAGE) !== 0) {
         bound.set(decl.name, given.buffer);
         continue;
       }

@@ -1,0 +1,83 @@
+// Kernel sets are pluggable: a deliberately tiny set declared outside the package
+// (tests/fixtures/kernels/tiny/) registers, compiles and runs through the same encode path as the
+// package's sets, agrees with the cpu arm, and the seam names it; what it cannot run (it has no
+// backward) is a counted decline that names it.
+
+import assert from "node:assert/strict";
+import { kda, kdaVjp, resetSeamCounts, seamCounts, seamDecisions } from "../mod.ts";
+import { kernelSetNames, registerKernelSet } from "../kda/gpu/kernel_set.ts";
+import { agreement, formatAgreement } from "../checks/compare.ts";
+import { DTYPES } from "../base/dtype.ts";
+import { TINY } from "./fixtures/kernels/tiny/mod.ts";
+import { randomKda } from "./_fixtures.ts";
+import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+
+reportMissingGpu("kernel_set_test.ts");
+registerKernelSet(TINY);
+
+Deno.test("a kernel set from outside the package registers by name, and a taken name is refused", () => {
+  assert.ok(kernelSetNames().includes("tiny-recurrent"));
+  registerKernelSet(TINY); // the same set again: harmless
+  assert.throws(
+    () => registerKernelSet({ ...TINY }),
+    /^RangeError: set\.name must be new: a kernel set named tiny-recurrent exists$/,
+  );
+  assert.throws(() => registerKernelSet({ ...TINY, name: "Tiny" }), /set\.name must be lower-case/);
+});
+
+gpuTest(
+  "a tiny kernel set runs through the package's encode path, agrees with the cpu arm, and the seam names it",
+  async () => {
+    const bars = DTYPES.f32.bars!;
+    for (const withH0 of [false, true]) {
+      const x = randomKda({ B: 2, T: 37, H: 3, K: 16, V: 12 }, 5, { withH0, dtype: "f32" });
+      resetSeamCounts();
+      const tiny = await kda(x, { arm: "gpu", kernels: "tiny-recurrent", strict: true });
+      assert.deepEqual(seamCounts().variants, { "gpu:tiny-recurrent": 1 });
+      const cpu = await kda(x, { arm: "cpu", strict: true });
+      for (const [name, a, b] of [["o", tiny.o, cpu.o], ["ht", tiny.ht, cpu.ht]] as const) {
+        const ag = agreement(a, b);
+        if (!(ag.rel <= bars.outputs)) {
+          assert.fail(`${name} (h0 ${withH0}): ${formatAgreement(ag)} over ${bars.outputs}`);
+        }
+      }
+      // the fused set on the same call gives what the tiny set gives, to the f32 bars
+      const fused = await kda(x, { arm: "gpu", kernels: "fused", strict: true });
+      const ag = agreement(fused.o, tiny.o);
+      assert.ok(ag.rel <= bars.outputs, `fused vs tiny: ${formatAgreement(ag)}`);
+    }
+  },
+);
+
+gpuTest(
+  "a call the tiny set cannot run (it has no backward) is a counted decline that names it",
+  async () => {
+    const x = randomKda({ B: 1, T: 20, H: 1, K: 8, V: 8 }, 6, { dtype: "f32" });
+    const dout = new Float32Array(20 * 8).fill(0.5);
+    await assert.rejects(
+      () => kdaVjp(x, { dout }, { arm: "gpu", kernels: "tiny-recurrent", strict: true }),
+      /the kernel set tiny-recurrent has no backward, and this call needs one/,
+    );
+    resetSeamCounts();
+    await kdaVjp(x, { dout }, { arm: "gpu", kernels: "tiny-recurrent", quiet: true });
+    assert.equal(seamCounts().declined, 1);
+    const [decision] = seamDecisions();
+    assert.equal(decision.wanted, "gpu");
+    assert.equal(decision.ran, "cpu");
+    assert.match(decision.reason, /tiny-recurrent has no backward/);
+    // and a shape over the set's own limit is declined with the set's reason
+    const long = randomKda({ B: 1, T: 2000, H: 1, K: 16, V: 4 }, 7, { dtype: "f32" });
+    await assert.rejects(
+      () => kda(long, { arm: "gpu", kernels: "tiny-recurrent", strict: true }),
+      /the kernel set tiny-recurrent cannot run this call: T must keep one invocation's/,
+    );
+  },
+);
+
+Deno.test("options.kernels names a registered set or is refused with the known ones", async () => {
+  const x = randomKda({ B: 1, T: 4, H: 1, K: 4, V: 4 }, 1);
+  await assert.rejects(
+    () => kda(x, { arm: "cpu", kernels: "nope" }),
+    /^RangeError: options\.kernels must be one of fused, .*tiny-recurrent: got nope$/,
+  );
+});
