@@ -26,6 +26,7 @@ import {
 } from "../kda/gpu/mod.ts";
 import type { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
 import type { KernelSet } from "../kda/gpu/kernel_set.ts";
+import { makePlan } from "../kda/gpu/layout.ts";
 import { withGpuJobs } from "./_run.ts";
 import { kda, kdaVjp } from "../kda/op/op.ts";
 import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
@@ -266,8 +267,11 @@ async function benchShape(
     console.log(`${label}: skipped (${reason})`);
     return { ...s, kernels, skipped: reason };
   }
-  const FORWARD_STAGES = set.forward.stages.map((st) => st.entry);
-  const BACKWARD_STAGES = set.backward?.stages.map((st) => st.entry) ?? [];
+  // the stages this shape runs (a set's stage may run for some calls only)
+  const plan = makePlan(set, s, C);
+  const runs_ = (st: { when?: (p: typeof plan) => boolean }) => st.when?.(plan) ?? true;
+  const FORWARD_STAGES = set.forward.stages.filter(runs_).map((st) => st.entry);
+  const BACKWARD_STAGES = set.backward?.stages.filter(runs_).map((st) => st.entry) ?? [];
   try {
     const x = randomInputs(s, 1);
     const dout = new Float32Array(B * T * H * V).fill(0.01);

@@ -39,7 +39,7 @@ function tileStore(
   lane: (i: number, lane: string) => [guard: string, value: string],
 ): string {
   return [
-    `fn ${b}${rowSuffix}(region: u32, row: u32, c: u32, v: vec4f, cv: u32, ${extra}: u32) {`,
+    `fn ${b}${rowSuffix}(region: u32, row: u32, c: u32, value: vec4f, cv: u32, ${extra}: u32) {`,
     "  if (row >= cv) {",
     "    return;",
     "  }",
@@ -58,13 +58,13 @@ function tileStore(
 /** A tile lane inside the region's width. */
 const keepInWidth = (i: number, lane: string): [string, string] => [
   `c${plus(i)} < width`,
-  `v.${lane}`,
+  `value.${lane}`,
 ];
 
 /** A tile lane of a lower triangle: zero above the diagonal (and on it, when strict = 1). */
 const keepLower = (i: number, lane: string): [string, string] => [
   `c${plus(i)} < cv`,
-  `select(0.0, v.${lane}, c${plus(i)} + strict <= row)`,
+  `select(0.0, value.${lane}, c${plus(i)} + strict <= row)`,
 ];
 
 /** The kinds of accessor a set may ask for. */
@@ -83,9 +83,11 @@ const TEMPLATES: Record<AccessorKind, Template> = {
     body: (b, l, name) =>
       [
         `fn ${name}(row: u32, j: u32) -> vec4f {`,
-        "  var v = vec4f(0.0);",
-        ...LANES.map((c, i) => `  if (j${plus(i)} < p.${l}) { v.${c} = ${b}[row + j${plus(i)}]; }`),
-        "  return v;",
+        "  var value = vec4f(0.0);",
+        ...LANES.map((c, i) =>
+          `  if (j${plus(i)} < p.${l}) { value.${c} = ${b}[row + j${plus(i)}]; }`
+        ),
+        "  return value;",
         "}",
       ].join("\n"),
   },
@@ -94,8 +96,10 @@ const TEMPLATES: Record<AccessorKind, Template> = {
     name: (b, l) => (l === "K" ? `${b}StoreK` : `${b}StoreCols`),
     body: (b, l, name) =>
       [
-        `fn ${name}(row: u32, j: u32, v: vec4f) {`,
-        ...LANES.map((c, i) => `  if (j${plus(i)} < p.${l}) { ${b}[row + j${plus(i)}] = v.${c}; }`),
+        `fn ${name}(row: u32, j: u32, value: vec4f) {`,
+        ...LANES.map((c, i) =>
+          `  if (j${plus(i)} < p.${l}) { ${b}[row + j${plus(i)}] = value.${c}; }`
+        ),
         "}",
       ].join("\n"),
   },
@@ -104,9 +108,9 @@ const TEMPLATES: Record<AccessorKind, Template> = {
     name: (b) => `${b}StoreT`,
     body: (b, _l, name) =>
       [
-        `fn ${name}(base: u32, d: u32, j: u32, v: vec4f) {`,
+        `fn ${name}(base: u32, d: u32, j: u32, value: vec4f) {`,
         ...LANES.map((c, i) =>
-          `  if (j${plus(i)} < p.V) { ${b}[base + (j${plus(i)}) * p.K + d] = v.${c}; }`
+          `  if (j${plus(i)} < p.V) { ${b}[base + (j${plus(i)}) * p.K + d] = value.${c}; }`
         ),
         "}",
       ].join("\n"),

@@ -223,6 +223,14 @@ function scratchTensor(scratch: BufferSet, name: string, shape: number[]): GpuTe
   return { buffer: scratch.make(name, bytes), shape, dtype: "f32" };
 }
 
+/** Whether a set keeps an input's own buffer for its backward (a saved buffer of one array). */
+function bindsSavedInputs(set: KernelSet): boolean {
+  return set.buffers.some((b) =>
+    b.lifetime === "saved" && !b.perChunk && b.table.regions.length === 1 &&
+    Object.keys(b.arrays ?? {}).length === 1
+  );
+}
+
 /** Host arrays uploaded into scratch buffers; device tensors as they are. */
 function onDevice(
   ctx: GpuContext,
@@ -432,7 +440,10 @@ export async function gpuForward<A extends GpuArray>(
         ctx.device.queue.writeBuffer(offsets, 0, new Uint32Array(cu));
         layout.padded.offsets = offsets;
       }
-      const arrays = onDevice(ctx, scratch, {
+      // a set that binds saved inputs directly reads the uploads again in the backward: they
+      // then live as long as what the forward saved
+      const uploads = save && bindsSavedInputs(set) ? kept : scratch;
+      const arrays = onDevice(ctx, uploads, {
         q: x.q,
         k: x.k,
         v: x.v,

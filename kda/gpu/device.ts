@@ -6,7 +6,7 @@
 import { RANGE_BYTES, wgslHeader } from "./layout.ts";
 import { createBuffer, destroyBuffer, dropPooled } from "./buffers.ts";
 import { wgslAccessors } from "./accessors.ts";
-import type { KernelSet } from "./kernel_set.ts";
+import type { KernelSet, StageDecl } from "./kernel_set.ts";
 import { gpuDebug } from "./_debug.ts";
 
 /**
@@ -85,8 +85,8 @@ const SOFTWARE = /llvmpipe|lavapipe|swiftshader|software|\bcpu\b/i;
 export interface CompiledSet {
   /** The set. */
   readonly set: KernelSet;
-  /** Group 0's layout: the params uniform, then the set's bindings. */
-  readonly layout: GPUBindGroupLayout;
+  /** Group 0's layout of each stage: the params uniform, then the bindings it uses. */
+  readonly layouts: ReadonlyMap<StageDecl, GPUBindGroupLayout>;
   /** One pipeline per entry point. */
   readonly pipelines: ReadonlyMap<string, GPUComputePipeline>;
 }
@@ -185,7 +185,12 @@ export class GpuContext {
         `which "${this.info.description}" does not offer`;
     }
     const { limits } = this.info;
-    const storage = set.bindings.filter((b) => b.type !== "uniform").length;
+    const storage = Math.max(
+      ...[...set.forward.stages, ...(set.backward?.stages ?? [])].map((st) =>
+        set.bindings.filter((b) => b.type !== "uniform" && (st.uses ?? [b.name]).includes(b.name))
+          .length
+      ),
+    );
     const needs: [number, number, string][] = [
       [limits.maxComputeWorkgroupStorageSize, set.workgroupBytes, "bytes of workgroup memory"],
       [limits.maxStorageBuffersPerShaderStage, storage, "storage buffers per stage"],
@@ -335,42 +340,44 @@ async function compileSet(ctx: GpuContext, set: KernelSet): Promise<CompiledSet>
       }`,
     );
   }
-  const layout = await ctx.scoped(
-    `bind group layout of the kernel set ${set.name}`,
-    () =>
-      device.createBindGroupLayout({
-        label: `kda ${set.name}`,
-        entries: [
-          { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } },
-          ...set.bindings.map((b, i) => ({
-            binding: i + 1,
-            visibility: GPUShaderStage.COMPUTE,
-            buffer: { type: b.type },
-          })),
-        ],
-      }),
-  );
-  const pipelineLayout = device.createPipelineLayout({
-    bindGroupLayouts: [layout, ctx.rangeLayout],
-  });
+  const layouts = new Map<StageDecl, GPUBindGroupLayout>();
   const pipelines = new Map<string, GPUComputePipeline>();
-  const entries = [...set.forward.stages, ...(set.backward?.stages ?? [])].map((s) => s.entry);
-  for (const entry of new Set(entries)) {
+  for (const stage of [...set.forward.stages, ...(set.backward?.stages ?? [])]) {
+    const uses = stage.uses;
+    const layout = await ctx.scoped(
+      `bind group layout of ${set.name}.${stage.entry}`,
+      () =>
+        device.createBindGroupLayout({
+          label: `kda ${set.name}.${stage.entry}`,
+          entries: [
+            { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } },
+            ...set.bindings.flatMap((b, i) =>
+              uses === undefined || uses.includes(b.name)
+                ? [{ binding: i + 1, visibility: GPUShaderStage.COMPUTE, buffer: { type: b.type } }]
+                : []
+            ),
+          ],
+        }),
+    );
+    layouts.set(stage, layout);
+    const pipelineLayout = device.createPipelineLayout({
+      bindGroupLayouts: [layout, ctx.rangeLayout],
+    });
     // One pipeline per entry point, whatever the shape: shapes travel as uniforms.
     pipelines.set(
-      entry,
+      stage.entry,
       await ctx.scoped(
-        `pipeline creation for ${set.name}.${entry}`,
+        `pipeline creation for ${set.name}.${stage.entry}`,
         () =>
           device.createComputePipeline({
-            label: `${set.name}.${entry}`,
+            label: `${set.name}.${stage.entry}`,
             layout: pipelineLayout,
-            compute: { module, entryPoint: entry },
+            compute: { module, entryPoint: stage.entry },
           }),
       ),
     );
   }
-  return { set, layout, pipelines };
+  return { set, layouts, pipelines };
 }
 
 /**

@@ -10,7 +10,7 @@ import { GpuError } from "./device.ts";
 import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
 import { countSync } from "./tensor.ts";
 import { RANGE_BYTES } from "./layout.ts";
-import type { DirectionDecl, Plan } from "./kernel_set.ts";
+import type { DirectionDecl, Plan, StageDecl } from "./kernel_set.ts";
 
 /** One buffer-to-buffer copy on the GPU, in bytes. */
 export interface BufferCopy {
@@ -56,8 +56,8 @@ export interface PassJob {
   direction: DirectionDecl;
   /** Whether the scans run from the last chunk to the first. */
   reverse: boolean;
-  /** Group 0, every binding of the direction. */
-  bindGroup: GPUBindGroup;
+  /** Group 0 of each stage: the bindings it uses. */
+  bindGroups: ReadonlyMap<StageDecl, GPUBindGroup>;
   /** Passes before anything else (glue: expand heads, pad rows). */
   before: readonly ExtraPass[];
   /** Copies before the set's stages (inputs on the device into the set's packed buffers). */
@@ -75,10 +75,12 @@ export interface PassResult {
   /** The pieces read back, one Float32Array each (owning its buffer), in the order asked. */
   arrays: Float32Array[];
   /**
-   * GPU time of each of the set's stages in nanoseconds, when timing was asked and the device can
-   * (the median over the repeats).
+   * GPU time of each stage that ran (`stages`) in nanoseconds, when timing was asked and the device
+   * can (the median over the repeats).
    */
   stageNs?: number[];
+  /** The entry points of the stages that ran, in order (a stage may not run for every call). */
+  stages?: string[];
 }
 
 /**
@@ -161,7 +163,7 @@ export async function runPasses(
   const timed = timing !== false && ctx.info.timestamps;
   const repeat = typeof timing === "object" ? Math.max(1, timing.repeat) : 1;
   const readData = typeof timing === "object" ? timing.readData : true;
-  const stages = job.direction.stages;
+  const stages = job.direction.stages.filter((s) => s.when?.(job.plan) ?? true);
   const nStages = stages.length;
   const nQueries = 2 * nStages * repeat;
   const reads = readData ? job.reads : [];
@@ -217,7 +219,7 @@ export async function runPasses(
                 }
                 : {}),
             });
-            pass.setBindGroup(0, job.bindGroup);
+            pass.setBindGroup(0, job.bindGroups.get(stage)!);
             pass.setPipeline(job.compiled.pipelines.get(stage.entry)!);
             const [x, y, z] = stage.grid(job.plan);
             const count = stage.scan === true ? ranges.count : 1;
@@ -284,7 +286,9 @@ export async function runPasses(
       });
     }
     staging.unmap();
-    return stageNs === undefined ? { arrays } : { arrays, stageNs };
+    return stageNs === undefined
+      ? { arrays }
+      : { arrays, stageNs, stages: stages.map((s) => s.entry) };
   } finally {
     querySet?.destroy();
   }

@@ -26,6 +26,7 @@ import {
   type KernelSet,
   type Lifetime,
   type Plan,
+  type StageDecl,
 } from "./kernel_set.ts";
 import {
   type BufferCopy,
@@ -209,6 +210,7 @@ function makeBuffers(
   for (const decl of set.buffers) {
     if (!lifetimes.includes(decl.lifetime)) continue;
     if (decl.onlyWhenSaving === true && !save) continue;
+    if (decl.when !== undefined && !decl.when(plan)) continue;
     // A buffer that is one whole array binds the caller's buffer: no copy in or out.
     const [only] = Object.values(decl.arrays ?? {});
     const spot = only === undefined ? undefined : spots.get(only);
@@ -222,7 +224,11 @@ function makeBuffers(
     }
     const bytes = bytesOf(bufferElements(decl, plan), decl.dtype);
     const buffer = scratch.make(decl.name, bytes);
-    if (gpuDebug.prefillNaN) fillNaN(ctx.device.queue, buffer, bufferElements(decl, plan));
+    if (decl.init !== undefined) {
+      ctx.device.queue.writeBuffer(buffer, 0, decl.init(plan) as Uint32Array<ArrayBuffer>);
+    } else if (gpuDebug.prefillNaN && decl.dtype === "f32") {
+      fillNaN(ctx.device.queue, buffer, bufferElements(decl, plan));
+    }
     bound.set(decl.name, buffer);
     for (const name of Object.values(decl.arrays ?? {})) {
       if (name === undefined || !IN_ARRAYS.has(name)) continue;
@@ -266,34 +272,47 @@ function copiesOut(
   return copies;
 }
 
-/** Group 0 of a direction: the params, then each binding's buffer or a placeholder. */
-function bindGroupOf(
+/** Group 0 of each stage of a direction: the params, then each binding the stage uses. */
+function bindGroupsOf(
   ctx: GpuContext,
   compiled: CompiledSet,
   direction: DirectionDecl,
   buffers: ReadonlyMap<string, GPUBuffer>,
   params: GPUBuffer,
   label: string,
-): GPUBindGroup {
-  return ctx.device.createBindGroup({
-    label,
-    layout: compiled.layout,
-    entries: [
-      { binding: 0, resource: { buffer: params } },
-      ...compiled.set.bindings.map((b, i) => {
-        const name = direction.bind[b.name];
-        const buffer = name === undefined ? undefined : buffers.get(name);
-        const placeholder = b.type === "storage" ? ctx.placeholder : ctx.readPlaceholder;
-        return { binding: i + 1, resource: { buffer: buffer ?? placeholder } };
+): Map<StageDecl, GPUBindGroup> {
+  const groups = new Map<StageDecl, GPUBindGroup>();
+  for (const stage of direction.stages) {
+    const uses = stage.uses;
+    groups.set(
+      stage,
+      ctx.device.createBindGroup({
+        label: `${label} ${stage.entry}`,
+        layout: compiled.layouts.get(stage)!,
+        entries: [
+          { binding: 0, resource: { buffer: params } },
+          ...compiled.set.bindings.flatMap((b, i) => {
+            if (uses !== undefined && !uses.includes(b.name)) return [];
+            const name = direction.bind[b.name];
+            const buffer = name === undefined ? undefined : buffers.get(name);
+            const placeholder = b.type === "storage" ? ctx.placeholder : ctx.readPlaceholder;
+            return [{ binding: i + 1, resource: { buffer: buffer ?? placeholder } }];
+          }),
+        ],
       }),
-    ],
-  });
+    );
+  }
+  return groups;
 }
 
-/** The flags of a call, by the set's standard flag bits. */
-function flagsOf(set: KernelSet, has: { h0: boolean; dht: boolean; save: boolean }): number {
+/** The flags of a call: the set's standard flag bits, and those its plan sets. */
+function flagsOf(
+  set: KernelSet,
+  plan: Plan,
+  has: { h0: boolean; dht: boolean; save: boolean },
+): number {
   return (has.h0 ? set.flags.HAS_H0 : 0) | (has.dht ? set.flags.HAS_DHT : 0) |
-    (has.save ? set.flags.SAVE_STATES : 0);
+    (has.save ? set.flags.SAVE_STATES : 0) | (set.planFlags?.(plan) ?? 0);
 }
 
 function paramsBuffer(
@@ -351,7 +370,7 @@ export class ForwardJob {
   #scratch: BufferSet;
   #buffers: Map<string, GPUBuffer>;
   #copiesIn: BufferCopy[];
-  #bindGroup: GPUBindGroup;
+  #bindGroups: Map<StageDecl, GPUBindGroup>;
   #targets: JobArrays;
 
   private constructor(
@@ -363,14 +382,14 @@ export class ForwardJob {
     parts: {
       scratch: BufferSet;
       bound: Bound;
-      bindGroup: GPUBindGroup;
+      bindGroups: Map<StageDecl, GPUBindGroup>;
       targets: JobArrays;
     },
   ) {
     this.#scratch = parts.scratch;
     this.#buffers = parts.bound.buffers;
     this.#copiesIn = parts.bound.copiesIn;
-    this.#bindGroup = parts.bindGroup;
+    this.#bindGroups = parts.bindGroups;
     this.#targets = parts.targets;
   }
 
@@ -394,7 +413,7 @@ export class ForwardJob {
     const compiled = await ctx.compiled(set);
     const plan = makePlan(set, x, options.chunkSize);
     const save = options.saveForBackward === true;
-    const flags = flagsOf(set, { h0: x.h0 !== undefined, dht: false, save });
+    const flags = flagsOf(set, plan, { h0: x.h0 !== undefined, dht: false, save });
     const scratch = new BufferSet(ctx.device);
     const targets = options.targets ?? {};
     try {
@@ -414,8 +433,8 @@ export class ForwardJob {
           targets,
           buffers,
         );
-        const bindGroup = bindGroupOf(ctx, compiled, set.forward, buffers, params, "kda forward");
-        return { bound: { buffers, copiesIn }, bindGroup };
+        const bindGroups = bindGroupsOf(ctx, compiled, set.forward, buffers, params, "kda forward");
+        return { bound: { buffers, copiesIn }, bindGroups };
       });
       return new ForwardJob(ctx, compiled, plan, x.scale, flags, { scratch, targets, ...made });
     } catch (error) {
@@ -443,7 +462,7 @@ export class ForwardJob {
       plan: this.plan,
       direction: set.forward,
       reverse: false,
-      bindGroup: this.#bindGroup,
+      bindGroups: this.#bindGroups,
       copiesIn: this.#copiesIn,
       before: options.before ?? [],
       after: options.after ?? [],
@@ -521,17 +540,22 @@ export class BackwardJob {
   #scratch: BufferSet;
   #buffers: Map<string, GPUBuffer>;
   #copiesIn: BufferCopy[];
-  #bindGroup: GPUBindGroup;
+  #bindGroups: Map<StageDecl, GPUBindGroup>;
   #targets: JobArrays;
 
   private constructor(
     readonly saved: SavedState,
-    parts: { scratch: BufferSet; bound: Bound; bindGroup: GPUBindGroup; targets: JobArrays },
+    parts: {
+      scratch: BufferSet;
+      bound: Bound;
+      bindGroups: Map<StageDecl, GPUBindGroup>;
+      targets: JobArrays;
+    },
   ) {
     this.#scratch = parts.scratch;
     this.#buffers = parts.bound.buffers;
     this.#copiesIn = parts.bound.copiesIn;
-    this.#bindGroup = parts.bindGroup;
+    this.#bindGroups = parts.bindGroups;
     this.#targets = parts.targets;
   }
 
@@ -573,8 +597,8 @@ export class BackwardJob {
           targets,
           buffers,
         );
-        const bindGroup = bindGroupOf(ctx, compiled, backward, buffers, params, "kda backward");
-        return { bound: { buffers, copiesIn }, bindGroup };
+        const bindGroups = bindGroupsOf(ctx, compiled, backward, buffers, params, "kda backward");
+        return { bound: { buffers, copiesIn }, bindGroups };
       });
       return new BackwardJob(saved, { scratch, targets, ...made });
     } catch (error) {
@@ -602,7 +626,7 @@ export class BackwardJob {
       plan,
       direction: compiled.set.backward!,
       reverse: true,
-      bindGroup: this.#bindGroup,
+      bindGroups: this.#bindGroups,
       copiesIn: this.#copiesIn,
       before: options.before ?? [],
       after: options.after ?? [],

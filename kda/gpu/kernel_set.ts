@@ -77,8 +77,8 @@ export interface BufferDecl {
   readonly table: RegionTable;
   /** Whether the table is repeated once per (b, h, chunk) block. */
   readonly perChunk: boolean;
-  /** Element type, from the dtype table (its bytes are applied once, where the buffer is made). */
-  readonly dtype: "f32";
+  /** Element type (its bytes are applied once, where the buffer is made: bytesOf). */
+  readonly dtype: "f32" | "u32";
   /** How long it lives. */
   readonly lifetime: Lifetime;
   /**
@@ -88,6 +88,10 @@ export interface BufferDecl {
   readonly arrays?: Readonly<Partial<Record<string, ArrayName>>>;
   /** A forward buffer needed only when a backward will follow (a placeholder is bound otherwise). */
   readonly onlyWhenSaving?: boolean;
+  /** Contents the buffer starts with, made from the plan (a chunk table, say). */
+  readonly init?: (plan: Plan) => Uint32Array;
+  /** Whether a call needs the buffer at all (default: always; else a placeholder is bound). */
+  readonly when?: (plan: Plan) => boolean;
 }
 
 /** One compute stage: an entry point and how it is dispatched. */
@@ -103,6 +107,13 @@ export interface StageDecl {
   readonly scan?: boolean;
   /** Marked sections of the stage, for the profile by subtraction (bench/ablate.ts). */
   readonly sections?: readonly string[];
+  /**
+   * The bindings the stage uses, when it uses only some of the set's (its layout then holds those
+   * alone, so that a set may declare more bindings than one stage may have); default all.
+   */
+  readonly uses?: readonly string[];
+  /** Whether a call runs the stage at all (default: always). */
+  readonly when?: (plan: Plan) => boolean;
 }
 
 /** One direction (forward or backward): its stages in order and which buffer each binding gets. */
@@ -117,7 +128,15 @@ export interface DirectionDecl {
 export interface Plan extends KdaDims {
   /** Chunk size. */
   readonly C: ChunkSize;
-  /** Chunks per sequence. */
+  /** Query/key heads (H is the value heads the kernels run; HQ = H unless they are grouped). */
+  readonly HQ: number;
+  /** Sequences: B, or the packed batch's count. */
+  readonly N: number;
+  /** Chunks of all sequences together (B · NC, or Σ ⌈len / C⌉ of a packed batch). */
+  readonly NCT: number;
+  /** The packed offsets, for a set that takes packed batches natively. */
+  readonly cuSeqlens?: Int32Array;
+  /** Chunks per sequence (the longest sequence's, for a packed batch). */
   readonly NC: number;
   /** (b, h, chunk) blocks. */
   readonly chunks: number;
@@ -166,6 +185,8 @@ export interface KernelSet {
    * (STANDARD_FLAGS), and any the set uses itself.
    */
   readonly flags: Readonly<Record<StandardFlag, number>> & Readonly<Record<string, number>>;
+  /** Flag bits of the set's own that a call's plan sets (beyond the standard ones). */
+  planFlags?(plan: Plan): number;
   /** The `Params` uniform's fields, in order: dims and extras (u32), `flags` (u32), `scale` (f32). */
   readonly params: readonly string[];
   /** Its buffers. */

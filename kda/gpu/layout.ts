@@ -143,8 +143,8 @@ export function bufferElements(buffer: BufferDecl, plan: Plan): number {
  * bytesOf(10, "f32"); // 40
  * ```
  */
-export function bytesOf(elements: number, dtype: "f32"): number {
-  return elements * DTYPES[dtype].bytes;
+export function bytesOf(elements: number, dtype: "f32" | "u32"): number {
+  return elements * (dtype === "u32" ? Uint32Array.BYTES_PER_ELEMENT : DTYPES[dtype].bytes);
 }
 
 function wgslSize(size: Size): string {
@@ -174,20 +174,41 @@ function wgslSize(size: Size): string {
  * makePlan(kernelSet("fused"), { B: 2, T: 256, H: 2, K: 32, V: 32 }, 16).NC; // 16
  * ```
  */
-export function makePlan(set: KernelSet, shape: KdaDims, C: ChunkSize): Plan {
-  const { B, T, H, K, V } = shape;
-  const NC = Math.ceil(T / C);
-  const extra = set.extra(shape, C);
+export function makePlan(
+  set: KernelSet,
+  shape: KdaDims & { HV?: number; cuSeqlens?: Int32Array },
+  C: ChunkSize,
+): Plan {
+  const { B, T, K, V } = shape;
+  // the kernels run value heads; query/key heads differ only for a set that groups them itself
+  const H = shape.HV ?? shape.H, HQ = shape.H;
+  const cu = shape.cuSeqlens;
+  let NC = Math.ceil(T / C), N = B, NCT = B * NC;
+  if (cu !== undefined) {
+    N = cu.length - 1;
+    NC = 0;
+    NCT = 0;
+    for (let i = 0; i < N; i++) {
+      const n = Math.ceil((cu[i + 1] - cu[i]) / C);
+      NC = Math.max(NC, n);
+      NCT += n;
+    }
+  }
+  const extra = set.extra({ B, T, H, K, V }, C);
   return {
     B,
     T,
     H,
+    HQ,
     K,
     V,
     C,
+    N,
     NC,
-    chunks: B * H * NC,
-    dims: { B, T, H, K, V, C, NC, ...extra },
+    NCT,
+    chunks: NCT * H,
+    ...(cu !== undefined ? { cuSeqlens: cu } : {}),
+    dims: { B, T, H, HQ, G: H / HQ, K, V, C, N, NC, NCT, ...extra },
     extra,
   };
 }

@@ -5,8 +5,10 @@
 import { kernelSet, registerKernelSet } from "../kernel_set.ts";
 import { readyContext } from "../device.ts";
 import { FUSED } from "./fused/mod.ts";
+import { SPLIT } from "./split/mod.ts";
 
 registerKernelSet(FUSED);
+registerKernelSet(SPLIT);
 
 /**
  * The kernel set a call runs when neither `options.kernels` nor `KDA_GPU_KERNELS` names one.

@@ -1,0 +1,436 @@
+// The split set's chunk-parallel backward (docs/kda.md 2.3), in two stages named after the
+// stages of kda/chunk.ts they run, and the group sums:
+//   chunkGradsV  the sums over V of stateScanBackward, chunkOutputBackward and newValuesBackward
+//                (dKd, dQg, dW), dP, M and dv, one workgroup per (chunk, head)
+//   chunkGradsK  wyBackward, inverseBackward, pairwiseGrads, elementwiseGrads and
+//                gateCumsumBackward: dq, dk, dg, dbeta, one workgroup per (chunk, head)
+//   groupSums    dq and dk of each query/key head, the sum over its group of value heads
+// The two chunk stages meet in the gradient scratch gs. Register tiles are 4 x 4 blocks (mat4x4f,
+// see the shared WGSL); rows past cv are clamped for reads and never stored; each sum keeps one
+// fixed order and terms outside a triangle are exact zeros of T or P.
+
+// ---- the V side ----
+
+@compute @workgroup_size(256)
+fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+  let sBlock = at.wid * stateSize();
+  let sBase = sBlock + sS();
+  let bBase = at.wid * bwSize();
+  let gBase = at.wid * gsSize();
+
+  // Register tiles: a block is 4 rows x 4 columns (a mat4x4f, see chunk.wgsl); blocks are
+  // spread over the invocations, rows past cv are clamped for reads and never stored. Each
+  // sum keeps the reference's order; terms outside a triangle are exact zeros of T or P.
+  let nRG = (cv + 3u) / 4u;
+  let nDG = (p.K + 3u) / 4u;
+  let nJG = (p.V + 3u) / 4u;
+  let last = cv - 1u;
+
+  // Stage A, the sums over V of stateScanBackward, chunkOutputBackward, newValuesBackward and
+  // wyBackward: dKd = Vn dS'^T, dQg = scale dO S^T, dW = -dVn S^T (4 rows x 4 channels a block)
+  // ABLATE bA {
+  for (var blk = lid; blk < nRG * nDG; blk += WG) {
+    let blk4 = blockOf(blk, nDG, last);
+    let dOut = vec4u(aDout()) + vrow4(at, blk4.rows) * p.V;
+    var dkd = mat4x4f();
+    var dqg = mat4x4f();
+    var dw = mat4x4f();
+    for (var j = 0u; j < p.V; j++) {
+      let sd = statesK4(sBase + j * p.K, blk4.c);
+      dkd = tileFma(dkd, statesAt4(sBlock + sVn() + j, blk4.rows * p.V), bwK4(bBase + bDS() + j * p.K, blk4.c));
+      dqg = tileFma(dqg, doutAt4(j, dOut), sd);
+      dw = tileFma(dw, bwAt4(bBase + bDVn() + j, blk4.rows * p.V), sd);
+    }
+    gsStoreRows(gBase + gKd(), blk4.r, blk4.c, dkd, cv, p.K);
+    gsStoreRows(gBase + gQg(), blk4.r, blk4.c, p.scale * dqg, cv, p.K);
+    gsStoreRows(gBase + gW(), blk4.r, blk4.c, dw * -1.0, cv, p.K);
+  }
+  // ABLATE bA }
+  // Kg = K (.) Gamma for wyBackward, held in the dG region until Stage E writes dG there
+  // ABLATE bKg {
+  for (var e = lid; e < cv * p.K; e += WG) {
+    let r = e / p.K;
+    let d = e % p.K;
+    gs[gBase + gG() + r * p.K + d] = k[aK() + qrow(at, r) * p.K + d] * gammaOf(base, r, d);
+  }
+  // ABLATE bKg }
+  // dgamma_C = rowsum(S (.) dS')
+  for (var d = lid; d < p.K; d += WG) {
+    var acc = 0.0;
+    for (var j = 0u; j < p.V; j++) {
+      acc += states[sBase + j * p.K + d] * bw[bBase + bDS() + j * p.K + d];
+    }
+    gs[gBase + gGam() + d] = acc;
+  }
+  // dP = lower_incl(dO Vn^T), M = lower_incl(dVn V^T) (4 rows r x 4 columns s a block)
+  // ABLATE bPM {
+  for (var blk = lid; blk < nRG * nRG; blk += WG) {
+    let blk4 = blockOf(blk, nRG, last);
+    let dOut = vec4u(aDout()) + vrow4(at, blk4.rows) * p.V;
+    let vRows = vec4u(aV()) + vrow4(at, blk4.cols) * p.V;
+    var dp = mat4x4f();
+    var m = mat4x4f();
+    for (var j = 0u; j < p.V; j++) {
+      dp = tileFma(dp, doutAt4(j, dOut), statesAt4(sBlock + sVn() + j, blk4.cols * p.V));
+      m = tileFma(m, bwAt4(bBase + bDVn() + j, blk4.rows * p.V), vAt4(j, vRows));
+    }
+    gsStoreTri(gBase + gP(), blk4.r, blk4.c, dp, cv, 0u);
+    gsStoreTri(gBase + gM(), blk4.r, blk4.c, m, cv, 0u);
+  }
+  // ABLATE bPM }
+  // dV = beta (.) T^T dVn (4 rows s x 4 columns j a block; T_rs = 0 for r < s)
+  // ABLATE bdV {
+  for (var blk = lid; blk < nRG * nJG; blk += WG) {
+    let blk4 = blockOf(blk, nJG, last);
+    var dv = mat4x4f();
+    for (var r = blk4.r; r < cv; r++) {
+      dv = tileFma(dv, triAt4(tbase + rT() + r * p.C, blk4.rows), bwCols(bBase + bDVn() + r * p.V, blk4.c));
+    }
+    let rows = vrow4(at, blk4.rows);
+    dv = tileScaleRows(dv, betaAt4(aBeta(), rows));
+    if (blk4.r < cv) { dvStoreCols(aDv() + rows.x * p.V, blk4.c, dv[0]); }
+    if (blk4.r + 1u < cv) { dvStoreCols(aDv() + rows.y * p.V, blk4.c, dv[1]); }
+    if (blk4.r + 2u < cv) { dvStoreCols(aDv() + rows.z * p.V, blk4.c, dv[2]); }
+    if (blk4.r + 3u < cv) { dvStoreCols(aDv() + rows.w * p.V, blk4.c, dv[3]); }
+  }
+  // ABLATE bdV }
+}
+
+// elementwiseGrads for one row r (token row `row` of the value head) and channels d..: dq and dk
+// (per value head when they are grouped); the
+// dG pieces, the K half of dbeta and x_r = dKd (.) K (.) e^{G_C - G} into gs (the last two reuse
+// the dKb and dKd slots, which only this row's invocation reads). x_r enters dG_r with a minus and
+// dG_C with a plus; dg_t sums dG_r for r >= t and dG_C, so the x_r of rows r >= t cancel exactly:
+// they are left out of both, and Stage F adds the x_r of rows r < t alone (no cancellation in f32).
+fn elementwiseGrads(
+  gBase: u32,
+  row: u32,
+  r: u32,
+  d: u32,
+  cv: u32,
+  kr: vec4f,
+  qr: vec4f,
+  gh: vec4f,
+  gl: vec4f,
+  ghL: vec4f,
+  glL: vec4f,
+  rowL: vec4f,
+  rowP: vec4f,
+  colL: vec4f,
+  colP: vec4f,
+) {
+  let K = p.K;
+  let betaR = beta[aBeta() + row];
+  let dPrr = gs[gBase + gP() + r * p.C + r];
+  let gam = decay4(gh + gl);
+  let ed = decay4((ghL - gh) + (glL - gl));
+  let dQg = gsK4(gBase + gQg() + r * K, d);
+  let dKb = gsK4(gBase + gKb() + r * K, d);
+  let dKd = gsK4(gBase + gKd() + r * K, d);
+  let pairL = betaR * rowL;
+  let pairP = p.scale * rowP;
+  let colSum = colL + p.scale * colP;
+  storeDq(row, d, dQg * gam + pairP + p.scale * dPrr * kr);
+  storeDk(
+    row,
+    d,
+    betaR * dKb * gam + dKd * ed + pairL + colSum + p.scale * dPrr * qr,
+  );
+  gsStoreRow(
+    gBase + gG(),
+    r,
+    d,
+    (dQg * qr + betaR * dKb * kr) * gam + kr * pairL + qr * pairP - kr * colSum,
+    cv,
+    K,
+  );
+  gsStoreRow(gBase + gKb(), r, d, dKb * kr * gam + kr * rowL, cv, K);
+  gsStoreRow(gBase + gKd(), r, d, dKd * kr * ed, cv, K);
+}
+
+// dq or dk of one row's four channels: into the per-value-head scratch when value heads are grouped
+// (groupSums adds them up), else where the caller reads them (the row is then also q's and k's)
+fn storeDq(row: u32, d: u32, value: vec4f) {
+  if ((p.flags & GROUPED) != 0u) {
+    dqhStoreK(eDq() + row * p.K, d, value);
+  } else {
+    dqStoreK(aDq() + row * p.K, d, value);
+  }
+}
+
+fn storeDk(row: u32, d: u32, value: vec4f) {
+  if ((p.flags & GROUPED) != 0u) {
+    dkhStoreK(eDk() + row * p.K, d, value);
+  } else {
+    dkStoreK(aDk() + row * p.K, d, value);
+  }
+}
+
+// ---- groupSums: dq, dk of query/key head hq = the sum of its value heads', in order ----
+
+@compute @workgroup_size(256)
+fn groupSums(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  // four channels an invocation, over every token row of the query/key heads
+  let e = (wg.x + wg.y * GRID_X) * WG + lid;
+  let nK4 = (p.K + 3u) / 4u;
+  if (e >= p.B * p.T * p.HQ * nK4) {
+    return;
+  }
+  let qrowE = e / nK4;
+  let d = 4u * (e % nK4);
+  let t = qrowE / p.HQ;
+  let hq = qrowE % p.HQ;
+  var sq = vec4f(0.0);
+  var sk = vec4f(0.0);
+  for (var gi = 0u; gi < p.G; gi++) {
+    let vr = (t * p.H + hq * p.G + gi) * p.K;
+    sq += dqhK4(eDq() + vr, d);
+    sk += dkhK4(eDk() + vr, d);
+  }
+  dqStoreK(aDq() + qrowE * p.K, d, sq);
+  dkStoreK(aDk() + qrowE * p.K, d, sk);
+}
+
+// ---- the K side: wyBackward, inverseBackward, pairwiseGrads, elementwiseGrads, gateCumsumBackward ----
+
+@compute @workgroup_size(256)
+fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+  let gBase = at.wid * gsSize();
+  let nRG = (cv + 3u) / 4u;
+  let nDG = (p.K + 3u) / 4u;
+  let last = cv - 1u;
+
+  // Stage B, wyBackward: dT = dW Kb^T + dU Vb^T (strictly lower part only: dL needs no more),
+  // with dW Kb^T = (dW Kg^T) diag(beta), Kg from the dG region; 4 rows r x 4 columns s a block
+  // ABLATE bdT {
+  for (var blk = lid; blk < nRG * nRG; blk += WG) {
+    let blk4 = blockOf(blk, nRG, last);
+    var dt = mat4x4f();
+    for (var d = 0u; d < p.K; d++) {
+      dt = tileFma(dt, gsAt4(gBase + gW() + d, blk4.rows * p.K), gsAt4(gBase + gG() + d, blk4.cols * p.K));
+    }
+    let mRows = vec4u(gBase + gM()) + blk4.rows * p.C;
+    let m = mat4x4f(gsAt4(mRows.x, blk4.cols), gsAt4(mRows.y, blk4.cols), gsAt4(mRows.z, blk4.cols), gsAt4(mRows.w, blk4.cols));
+    let betaC = betaAt4(aBeta(), vrow4(at, blk4.cols));
+    gsStoreTri(gBase + gT(), blk4.r, blk4.c, tileScaleCols(dt + m, betaC), cv, 1u);
+  }
+  // ABLATE bdT }
+  // dKb = T^T dW (4 rows s x 4 channels a block; T_rs = 0 for r < s)
+  // ABLATE bKb {
+  for (var blk = lid; blk < nRG * nDG; blk += WG) {
+    let blk4 = blockOf(blk, nDG, last);
+    var dkb = mat4x4f();
+    for (var r = blk4.r; r < cv; r++) {
+      dkb = tileFma(dkb, triAt4(tbase + rT() + r * p.C, blk4.rows), gsK4(gBase + gW() + r * p.K, blk4.c));
+    }
+    gsStoreRows(gBase + gKb(), blk4.r, blk4.c, dkb, cv, p.K);
+  }
+  // ABLATE bKb }
+  // the V half of dbeta, sum_{r >= s} T_rs M_rs
+  for (var s = lid; s < cv; s += WG) {
+    var acc = 0.0;
+    for (var r = s; r < cv; r++) {
+      acc += tri[tbase + rT() + r * p.C + s] * gs[gBase + gM() + r * p.C + s];
+    }
+    gs[gBase + gBv() + s] = acc;
+  }
+  stageBarrier();
+
+  // Stage C, inverseBackward: X = dT T^T for a > s (T lower, dT strictly lower: b <= s; the
+  // terms past a row's own s are zeros of T). 4 rows a x 4 columns s a block
+  // ABLATE bC {
+  for (var blk = lid; blk < nRG * nRG; blk += WG) {
+    let blk4 = blockOf(blk, nRG, last);
+    var xt = mat4x4f();
+    for (var bb = 0u; bb <= blk4.cols.w; bb++) {
+      xt = tileFma(xt, gsAt4(gBase + gT() + bb, blk4.rows * p.C), triAt4(tbase + rT() + bb, blk4.cols * p.C));
+    }
+    gsStoreTri(gBase + gX(), blk4.r, blk4.c, xt, cv, 1u);
+  }
+  // ABLATE bC }
+  stageBarrier();
+
+  // Stage D, inverseBackward: dL = strict_lower(-T^T X); 4 rows r x 4 columns s a block
+  // (T_ar = 0 for a < r, so the sum over a starts at the block's first row)
+  // ABLATE bD {
+  for (var blk = lid; blk < nRG * nRG; blk += WG) {
+    let blk4 = blockOf(blk, nRG, last);
+    var dl = mat4x4f();
+    for (var a = blk4.r; a < cv; a++) {
+      dl = tileFma(dl, triAt4(tbase + rT() + a * p.C, blk4.rows), gsAt4(gBase + gX() + a * p.C, blk4.cols));
+    }
+    gsStoreTri(gBase + gL(), blk4.r, blk4.c, dl * -1.0, cv, 1u);
+  }
+  // ABLATE bD }
+  stageBarrier();
+
+  // Stage E, elementwiseGrads + pairwiseGrads: the pieces of dq, dk, dG and dbeta, a block of 4
+  // rows r.. x 4 channels d.. at a time. The pairwise sums factor E through an anchor row inside
+  // the block, so that each row outside the block costs one vec4 exp for all 16 entries:
+  //   rows s < r:       E_{r_i s} = e^{G_ri - G_r} e^{G_r - G_s}          (anchor r, the first row)
+  //   rows r' > r_last: E_{r' r_i} = e^{G_r' - G_rlast} e^{G_rlast - G_ri} (anchor the last row)
+  // Every exponent is <= 0. Pairs inside the block are formed directly. The diagonal s = r has
+  // E = 1 and is added apart: its two contributions to dG (at both ends of the pair) cancel
+  // exactly and are left out.
+  // ABLATE bE {
+  for (var blk = lid; blk < nRG * nDG; blk += WG) {
+    let blk4 = blockOf(blk, nDG, last);
+    let r = blk4.r;
+    let d = blk4.c;
+    let rc1 = blk4.rows.y;
+    let rc2 = blk4.rows.z;
+    let rc3 = blk4.rows.w;
+    let gh0 = workK4(base + wG() + r * p.K, d);
+    let gh1 = workK4(base + wG() + rc1 * p.K, d);
+    let gh2 = workK4(base + wG() + rc2 * p.K, d);
+    let gh3 = workK4(base + wG() + rc3 * p.K, d);
+    let gl0 = workK4(base + wGlo() + r * p.K, d);
+    let gl1 = workK4(base + wGlo() + rc1 * p.K, d);
+    let gl2 = workK4(base + wGlo() + rc2 * p.K, d);
+    let gl3 = workK4(base + wGlo() + rc3 * p.K, d);
+    // the six pairs inside the block, e_ij = e^{G_i - G_j}, i > j
+    let e10 = decay4((gh1 - gh0) + (gl1 - gl0));
+    let e20 = decay4((gh2 - gh0) + (gl2 - gl0));
+    let e30 = decay4((gh3 - gh0) + (gl3 - gl0));
+    let e21 = decay4((gh2 - gh1) + (gl2 - gl1));
+    let e31 = decay4((gh3 - gh1) + (gl3 - gl1));
+    let e32 = decay4((gh3 - gh2) + (gl3 - gl2));
+    let row0 = vrow(at, r);
+    let row1 = vrow(at, rc1);
+    let row2 = vrow(at, rc2);
+    let row3 = vrow(at, rc3);
+    let k0 = kK4(aK() + qrow(at, r) * p.K, d);
+    let k1 = kK4(aK() + qrow(at, rc1) * p.K, d);
+    let k2 = kK4(aK() + qrow(at, rc2) * p.K, d);
+    let k3 = kK4(aK() + qrow(at, rc3) * p.K, d);
+    let q0 = qK4(aQ() + qrow(at, r) * p.K, d);
+    let q1 = qK4(aQ() + qrow(at, rc1) * p.K, d);
+    let q2 = qK4(aQ() + qrow(at, rc2) * p.K, d);
+    let q3 = qK4(aQ() + qrow(at, rc3) * p.K, d);
+    let lReg = gBase + gL();
+    let pReg = gBase + gP();
+
+    // row terms: sum_{s < r_i} dL_{r_i s} k_s E_{r_i s} (and the same with dP)
+    var rl = mat4x4f();
+    var rp = mat4x4f();
+    for (var s = 0u; s < r; s++) {
+      let gs4 = workK4(base + wG() + s * p.K, d);
+      let gls4 = workK4(base + wGlo() + s * p.K, d);
+      let ks = kK4(aK() + qrow(at, s) * p.K, d) * decay4((gh0 - gs4) + (gl0 - gls4));
+      rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
+      rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
+    }
+    // through the anchor, then the pairs inside the block (s = r, r + 1, r + 2)
+    rl[1] = e10 * rl[1] + gs[lReg + rc1 * p.C + r] * (k0 * e10);
+    rp[1] = e10 * rp[1] + gs[pReg + rc1 * p.C + r] * (k0 * e10);
+    rl[2] = e20 * rl[2] + gs[lReg + rc2 * p.C + r] * (k0 * e20) + gs[lReg + rc2 * p.C + rc1] * (k1 * e21);
+    rp[2] = e20 * rp[2] + gs[pReg + rc2 * p.C + r] * (k0 * e20) + gs[pReg + rc2 * p.C + rc1] * (k1 * e21);
+    rl[3] = e30 * rl[3] + gs[lReg + rc3 * p.C + r] * (k0 * e30) + gs[lReg + rc3 * p.C + rc1] * (k1 * e31) +
+      gs[lReg + rc3 * p.C + rc2] * (k2 * e32);
+    rp[3] = e30 * rp[3] + gs[pReg + rc3 * p.C + r] * (k0 * e30) + gs[pReg + rc3 * p.C + rc1] * (k1 * e31) +
+      gs[pReg + rc3 * p.C + rc2] * (k2 * e32);
+
+    // column terms: sum_{r' > r_i} beta_r' dL_{r' r_i} k_r' E_{r' r_i} (and dP with q_r')
+    var cl = mat4x4f();
+    var cp = mat4x4f();
+    for (var rr = rc3 + 1u; rr < cv; rr++) {
+      let e = decay4(
+        (workK4(base + wG() + rr * p.K, d) - gh3) + (workK4(base + wGlo() + rr * p.K, d) - gl3),
+      );
+      let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
+      let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
+      cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
+      cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
+    }
+    // through the anchor e^{G_last - G_ri}, then the pairs inside the block (r' <= the last row)
+    let b1 = beta[aBeta() + row1];
+    let b2 = beta[aBeta() + row2];
+    let b3 = beta[aBeta() + row3];
+    let v1 = r + 1u < cv;
+    let v2 = r + 2u < cv;
+    let v3 = r + 3u < cv;
+    cl[0] = e30 * cl[0];
+    cp[0] = e30 * cp[0];
+    cl[1] = e31 * cl[1];
+    cp[1] = e31 * cp[1];
+    cl[2] = e32 * cl[2];
+    cp[2] = e32 * cp[2];
+    if (v1) {
+      cl[0] += b1 * gs[lReg + rc1 * p.C + r] * k1 * e10;
+      cp[0] += gs[pReg + rc1 * p.C + r] * q1 * e10;
+    }
+    if (v2) {
+      cl[0] += b2 * gs[lReg + rc2 * p.C + r] * k2 * e20;
+      cp[0] += gs[pReg + rc2 * p.C + r] * q2 * e20;
+      cl[1] += b2 * gs[lReg + rc2 * p.C + rc1] * k2 * e21;
+      cp[1] += gs[pReg + rc2 * p.C + rc1] * q2 * e21;
+    }
+    if (v3) {
+      cl[0] += b3 * gs[lReg + rc3 * p.C + r] * k3 * e30;
+      cp[0] += gs[pReg + rc3 * p.C + r] * q3 * e30;
+      cl[1] += b3 * gs[lReg + rc3 * p.C + rc1] * k3 * e31;
+      cp[1] += gs[pReg + rc3 * p.C + rc1] * q3 * e31;
+      cl[2] += b3 * gs[lReg + rc3 * p.C + rc2] * k3 * e32;
+      cp[2] += gs[pReg + rc3 * p.C + rc2] * q3 * e32;
+    }
+    let ghL = workK4(base + wG() + last * p.K, d);
+    let glL = workK4(base + wGlo() + last * p.K, d);
+    elementwiseGrads(gBase, row0, r, d, cv, k0, q0, gh0, gl0, ghL, glL, rl[0], rp[0], cl[0], cp[0]);
+    if (v1) {
+      elementwiseGrads(gBase, row1, rc1, d, cv, k1, q1, gh1, gl1, ghL, glL, rl[1], rp[1], cl[1], cp[1]);
+    }
+    if (v2) {
+      elementwiseGrads(gBase, row2, rc2, d, cv, k2, q2, gh2, gl2, ghL, glL, rl[2], rp[2], cl[2], cp[2]);
+    }
+    if (v3) {
+      elementwiseGrads(gBase, row3, rc3, d, cv, k3, q3, gh3, gl3, ghL, glL, rl[3], rp[3], cl[3], cp[3]);
+    }
+  }
+  // ABLATE bE }
+  stageBarrier();
+
+  // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel
+  // ABLATE bF {
+  for (var e = lid; e < cv + p.K; e += WG) {
+    if (e < cv) {
+      let r = e;
+      var acc = gs[gBase + gBv() + r];
+      for (var d = 0u; d < p.K; d++) {
+        acc += gs[gBase + gKb() + r * p.K + d];
+      }
+      dbeta[aDbeta() + vrow(at, r)] = acc;
+    } else {
+      let d = e - cv;
+      // dg_t = dgamma_C gamma_C + sum_{r >= t} dG_r + sum_{r < t} x_r (see elementwiseGrads)
+      var before = 0.0;
+      for (var r = 0u; r < cv; r++) {
+        dg[aDg() + vrow(at, r) * p.K + d] = before;
+        before += gs[gBase + gKd() + r * p.K + d];
+      }
+      var acc = gs[gBase + gGam() + d] * work[base + wGam() + d];
+      for (var i = 0u; i < cv; i++) {
+        let r = cv - 1u - i;
+        acc += gs[gBase + gG() + r * p.K + d];
+        let i = aDg() + vrow(at, r) * p.K + d;
+        dg[i] = acc + dg[i];
+      }
+    }
+  }
+  // ABLATE bF }
+}

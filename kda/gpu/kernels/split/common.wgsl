@@ -1,0 +1,75 @@
+// The split set's helpers (kda/gpu/kernels/split/mod.ts): where a workgroup works, through the
+// chunk table (every chunk knows its sequence, its first token and its rows, so a packed batch
+// costs what its sequences' chunks cost), token rows (q and k at their own head when value heads
+// are grouped), and the gate sums of a chunk's work block. The shared WGSL (exact decays, gate
+// sums, tile helpers) is included by name; the header and accessors are generated.
+
+var<workgroup> wgm: array<f32, SHARED>;
+var<workgroup> stage: array<f32, STAGE>;
+
+// Where a chunk-parallel workgroup works: its chunk c (global), its (chunk, head) block wid, the
+// sequence, the value head h and its query/key head hq, the chunk's first token (a row of the
+// [B·T] tokens) and its valid rows.
+struct ChunkAt {
+  c: u32,
+  wid: u32,
+  seq: u32,
+  h: u32,
+  hq: u32,
+  t0: u32,
+  cv: u32,
+}
+
+fn chunkOf(c: u32, h: u32) -> ChunkAt {
+  let i = tChunk() + 4u * c;
+  return ChunkAt(c, c * p.H + h, chunks[i], h, h / p.G, chunks[i + 1u], chunks[i + 2u]);
+}
+
+// The chunk of a chunk-parallel workgroup (x and y over the chunks, z over the heads); workgroups
+// past the last chunk have none (the grid wraps x at GRID_X).
+fn chunkIndex(wg: vec3u) -> u32 {
+  return wg.x + wg.y * GRID_X;
+}
+
+// The token row of row r of the chunk for value-head arrays (v, g, beta, o and their gradients)
+fn vrow(at: ChunkAt, r: u32) -> u32 {
+  return (at.t0 + r) * p.H + at.h;
+}
+
+fn vrow4(at: ChunkAt, rows: vec4u) -> vec4u {
+  return (vec4u(at.t0) + rows) * p.H + vec4u(at.h);
+}
+
+// The token row of row r of the chunk for q and k (their own head)
+fn qrow(at: ChunkAt, r: u32) -> u32 {
+  return (at.t0 + r) * p.HQ + at.hq;
+}
+
+fn qrow4(at: ChunkAt, rows: vec4u) -> vec4u {
+  return (vec4u(at.t0) + rows) * p.HQ + vec4u(at.hq);
+}
+
+// A sequence as the scans see it: its first chunk, its chunk count, its first token, its length.
+struct SeqAt {
+  first: u32,
+  count: u32,
+  t0: u32,
+  len: u32,
+}
+
+fn seqOf(s: u32) -> SeqAt {
+  let i = tSeq() + 4u * s;
+  return SeqAt(chunks[i], chunks[i + 1u], chunks[i + 2u], chunks[i + 3u]);
+}
+
+// G_rd - G_sd of the block at `base`, from the hi and lo parts (hi_r - hi_s is exact or nearly so)
+fn gateDiff(base: u32, r: u32, s: u32, d: u32) -> f32 {
+  return (work[base + wG() + r * p.K + d] - work[base + wG() + s * p.K + d]) +
+    (work[base + wGlo() + r * p.K + d] - work[base + wGlo() + s * p.K + d]);
+}
+
+// Gamma_rd = e^{G_rd}
+fn gammaOf(base: u32, r: u32, d: u32) -> f32 {
+  let i = base + r * p.K + d;
+  return decay(work[wG() + i] + work[wGlo() + i]);
+}

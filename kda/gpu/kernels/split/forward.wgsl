@@ -1,0 +1,500 @@
+// The split set's forward (docs/kda.md 2.2), three stages named as in kda/chunk.ts:
+//   chunkPrep    gateCumsum, gateFactors, pairwiseDecay and intraChunk (L, P, T, W, U), one
+//                workgroup per (chunk, head)
+//   stateScan    newValues and stateScan, sequential over each sequence's chunks, one workgroup
+//                per (V tile, head, sequence); it saves each chunk-start state S and Vn
+//   chunkOutput  chunkOutput, O = Qg S + P Vn, one workgroup per (chunk, head)
+// Every exponent is <= 0 (a difference G_r - G_s with r >= s), every sum runs in one fixed order,
+// nothing uses atomics. Lines "// ABLATE name {" / "}" mark sections bench/ablate.ts can remove.
+
+// ---- chunkPrep ----
+
+// The pairwise products factor each decay through anchor rows. Rows form 4-row blocks; for r in
+// block I and s in an earlier block J, with a_I the first row of I and e_J the last of J,
+//   e^{G_r - G_s} = e^{G_r - G_aI} e^{G_aI - G_eJ} e^{G_eJ - G_s},
+// three factors <= 1. The first and last are staged once per (row, channel): A = k e^{G_r - G_a},
+// Qa = q e^{G_r - G_a}, Bk = k e^{G_e - G_r}; the middle one is one exp per channel for the pair
+// of blocks. Pairs inside one block are formed directly (six exps per channel), and those blocks'
+// channels are split over four invocations whose partial sums are added in a fixed order.
+
+@compute @workgroup_size(256)
+fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let last = cv - 1u;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+
+  // gateCumsum: G_r = sum_{s <= r} g_s per channel in token order, in fixed point (gateSumAdd)
+  // ABLATE cumsum {
+  for (var d = lid; d < p.K; d += WG) {
+    var acc = GateSum(0i, 0u);
+    for (var r = 0u; r < cv; r++) {
+      acc = gateSumAdd(acc, g[aG() + vrow(at, r) * p.K + d]);
+      work[base + wG() + r * p.K + d] = gateSumHi(acc);
+      work[base + wGlo() + r * p.K + d] = gateSumLo(acc);
+    }
+    work[base + wGam() + d] = gammaOf(base, last, d);
+  }
+  // ABLATE cumsum }
+  stageBarrier();
+
+  // pairwiseDecay and the pairwise products of L and P (see above). Invocations 0..119 take the
+  // pairs of different blocks, 128..191 a block's own pairs and a quarter of its channels, so no
+  // warp mixes the two paths.
+  let nRG = (cv + 3u) / 4u;
+  let nOff = nRG * (nRG - 1u) / 2u;
+  let diagonal = lid >= 128u;
+  var rg = 0u;
+  var sg = 0u;
+  var cg = 0u;
+  if (diagonal) {
+    rg = (lid - 128u) / 4u;
+    sg = rg;
+    cg = (lid - 128u) % 4u;
+  } else {
+    rg = u32((1.0 + sqrt(1.0 + 8.0 * f32(lid))) * 0.5);
+    while (rg > 0u && rg * (rg - 1u) / 2u > lid) {
+      rg -= 1u;
+    }
+    while ((rg + 1u) * rg / 2u <= lid) {
+      rg += 1u;
+    }
+    sg = lid - rg * (rg - 1u) / 2u;
+  }
+  let rb = 4u * rg;
+  let sb = 4u * sg;
+  let inTriangle = select(lid < nOff, rg < nRG, diagonal);
+  let rowsR = rows4(rb, last) * LP_BLOCK;
+  let rowsS = rows4(sb, last) * LP_BLOCK;
+  let span = p.C * LP_BLOCK;
+  let sK = 0u;
+  let sQ = span;
+  let sGh = 2u * span;
+  let sGl = 3u * span;
+  let sA = 4u * span;
+  let sQa = 5u * span;
+  let sB = 6u * span;
+  var lt = mat4x4f();
+  var pt = mat4x4f();
+  // ABLATE lp {
+  for (var d0 = 0u; d0 < p.K; d0 += LP_BLOCK) {
+    for (var e = lid; e < cv * LP_BLOCK; e += WG) {
+      let r = e / LP_BLOCK;
+      let d = d0 + e % LP_BLOCK;
+      var kv = 0.0;
+      var qv = 0.0;
+      var gh = 0.0;
+      var gl = 0.0;
+      if (d < p.K) {
+        let row = qrow(at, r) * p.K + d;
+        kv = k[aK() + row];
+        qv = q[aQ() + row];
+        gh = work[base + wG() + r * p.K + d];
+        gl = work[base + wGlo() + r * p.K + d];
+      }
+      stage[sK + e] = kv;
+      stage[sQ + e] = qv;
+      stage[sGh + e] = gh;
+      stage[sGl + e] = gl;
+    }
+    workgroupBarrier();
+    // the anchored operands: decays from the row's block start and to its block end
+    for (var e = lid; e < cv * LP_BLOCK; e += WG) {
+      let r = e / LP_BLOCK;
+      let dd = e % LP_BLOCK;
+      let a = 4u * (r / 4u);
+      let ia = a * LP_BLOCK + dd;
+      let ie = min(a + 3u, last) * LP_BLOCK + dd;
+      let fa = decay((stage[sGh + e] - stage[sGh + ia]) + (stage[sGl + e] - stage[sGl + ia]));
+      let fe = decay((stage[sGh + ie] - stage[sGh + e]) + (stage[sGl + ie] - stage[sGl + e]));
+      stage[sA + e] = stage[sK + e] * fa;
+      stage[sQa + e] = stage[sQ + e] * fa;
+      stage[sB + e] = stage[sK + e] * fe;
+    }
+    workgroupBarrier();
+    if (inTriangle) {
+      let dn = min(LP_BLOCK, p.K - d0);
+      if (!diagonal) {
+        // block sg is full (it lies before block rg), so its last row is sb + 3
+        let ia = rb * LP_BLOCK;
+        let ie = (sb + 3u) * LP_BLOCK;
+        for (var dd = 0u; dd < dn; dd++) {
+          let mid = decay(
+            (stage[sGh + ia + dd] - stage[sGh + ie + dd]) + (stage[sGl + ia + dd] - stage[sGl + ie + dd]),
+          );
+          let b4 = stageAt4(sB + dd, rowsS);
+          lt = tileFma(lt, stageAt4(sA + dd, rowsR) * mid, b4);
+          pt = tileFma(pt, stageAt4(sQa + dd, rowsR) * mid, b4);
+        }
+      } else {
+        for (var dd = cg; dd < dn; dd += 4u) {
+          let gh = stageAt4(sGh + dd, rowsR);
+          let gl = stageAt4(sGl + dd, rowsR);
+          let k4 = stageAt4(sK + dd, rowsR);
+          let q4 = stageAt4(sQ + dd, rowsR);
+          // the six pairs i > j of the block: e10 e20 e21 e30 in e1, e31 e32 in e2
+          let e1 = decay4(
+            vec4f(gh.y - gh.x, gh.z - gh.x, gh.z - gh.y, gh.w - gh.x) +
+              vec4f(gl.y - gl.x, gl.z - gl.x, gl.z - gl.y, gl.w - gl.x),
+          );
+          let e2 = decay4(vec4f(gh.w - gh.y, gh.w - gh.z, 0.0, 0.0) + vec4f(gl.w - gl.y, gl.w - gl.z, 0.0, 0.0));
+          lt[1] += vec4f(k4.y * (k4.x * e1.x), 0.0, 0.0, 0.0);
+          lt[2] += vec4f(k4.z * (k4.x * e1.y), k4.z * (k4.y * e1.z), 0.0, 0.0);
+          lt[3] += vec4f(k4.w * (k4.x * e1.w), k4.w * (k4.y * e2.x), k4.w * (k4.z * e2.y), 0.0);
+          pt[0] += vec4f(q4.x * k4.x, 0.0, 0.0, 0.0);
+          pt[1] += vec4f(q4.y * (k4.x * e1.x), q4.y * k4.y, 0.0, 0.0);
+          pt[2] += vec4f(q4.z * (k4.x * e1.y), q4.z * (k4.y * e1.z), q4.z * k4.z, 0.0);
+          pt[3] += vec4f(q4.w * (k4.x * e1.w), q4.w * (k4.y * e2.x), q4.w * (k4.z * e2.y), q4.w * k4.w);
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  // ABLATE lp }
+  // a diagonal block's four partial sums, added in channel-group order by its first invocation
+  if (diagonal && inTriangle && cg > 0u) {
+    let at4 = ((rg * 3u + cg - 1u) * 2u) * 16u;
+    for (var i = 0u; i < 4u; i++) {
+      for (var j = 0u; j < 4u; j++) {
+        stage[at4 + i * 4u + j] = lt[i][j];
+        stage[at4 + 16u + i * 4u + j] = pt[i][j];
+      }
+    }
+  }
+  workgroupBarrier();
+  if (inTriangle && (!diagonal || cg == 0u)) {
+    if (diagonal) {
+      for (var part = 0u; part < 3u; part++) {
+        let at4 = ((rg * 3u + part) * 2u) * 16u;
+        lt += mat4x4f(
+          stageAt4(at4, vec4u(0u, 1u, 2u, 3u)),
+          stageAt4(at4 + 4u, vec4u(0u, 1u, 2u, 3u)),
+          stageAt4(at4 + 8u, vec4u(0u, 1u, 2u, 3u)),
+          stageAt4(at4 + 12u, vec4u(0u, 1u, 2u, 3u)),
+        );
+        pt += mat4x4f(
+          stageAt4(at4 + 16u, vec4u(0u, 1u, 2u, 3u)),
+          stageAt4(at4 + 20u, vec4u(0u, 1u, 2u, 3u)),
+          stageAt4(at4 + 24u, vec4u(0u, 1u, 2u, 3u)),
+          stageAt4(at4 + 28u, vec4u(0u, 1u, 2u, 3u)),
+        );
+      }
+    }
+    let beta4 = betaAt4(aBeta(), vrow4(at, rows4(rb, last)));
+    triStoreTri(tbase + rL(), rb, sb, tileScaleRows(lt, beta4), cv, 1u);
+    triStoreTri(tbase + rP(), rb, sb, p.scale * pt, cv, 0u);
+  }
+  // the blocks above the diagonal
+  for (var e = lid; e < cv * cv; e += WG) {
+    let r = e / cv;
+    let s = e % cv;
+    if (s / 4u > r / 4u) {
+      tri[tbase + rL() + r * p.C + s] = 0.0;
+      tri[tbase + rP() + r * p.C + s] = 0.0;
+    }
+  }
+  // gateFactors: Qg = scale Q (.) Gamma, and Kg = K (.) Gamma held in the Kd region until W is built
+  // ABLATE factors {
+  for (var e = lid; e < cv * p.K; e += WG) {
+    let r = e / p.K;
+    let d = e % p.K;
+    let row = qrow(at, r) * p.K + d;
+    let gam = gammaOf(base, r, d);
+    work[base + wQg() + r * p.K + d] = p.scale * q[aQ() + row] * gam;
+    work[base + wKd() + r * p.K + d] = k[aK() + row] * gam;
+  }
+  // ABLATE factors }
+  stageBarrier();
+
+  // T = (I + L)^(-1) by forward substitution, one row of T final per step (every later row takes
+  // its term at once, each entry summing in ascending m); T is built in workgroup memory.
+  // ABLATE subst {
+  for (var e = lid; e < cv * cv; e += WG) {
+    let i = e / cv;
+    let j = e % cv;
+    wgm[i * p.C + j] = select(0.0, 1.0, i == j);
+  }
+  workgroupBarrier();
+  for (var m = 0u; m + 1u < cv; m++) {
+    let cols = m + 1u;
+    for (var e = lid; e < (cv - cols) * cols; e += WG) {
+      let i = cols + e / cols;
+      let j = e % cols;
+      wgm[i * p.C + j] -= tri[tbase + rL() + i * p.C + m] * wgm[m * p.C + j];
+    }
+    workgroupBarrier();
+  }
+  // ABLATE subst }
+  workgroupBarrier();
+  for (var e = lid; e < cv * cv; e += WG) {
+    let i = e / cv;
+    let j = e % cv;
+    tri[tbase + rT() + i * p.C + j] = wgm[i * p.C + j];
+  }
+  stageBarrier();
+
+  // W = T diag(beta) (K (.) Gamma), U = T diag(beta) V: 4 rows x 4 columns a block
+  let nDG = (p.K + 3u) / 4u;
+  let nJG = (p.V + 3u) / 4u;
+  // ABLATE wu {
+  for (var blk = lid; blk < nRG * nDG; blk += WG) {
+    let blk4 = blockOf(blk, nDG, last);
+    var w = mat4x4f();
+    for (var s = 0u; s <= blk4.rows.w; s++) {
+      let betaS = beta[aBeta() + vrow(at, s)];
+      w = tileFma(w, wgmAt4(s, blk4.rows * p.C) * betaS, workK4(base + wKd() + s * p.K, blk4.c));
+    }
+    workStoreRows(base + wW(), blk4.r, blk4.c, w, cv, p.K);
+  }
+  for (var blk = lid; blk < nRG * nJG; blk += WG) {
+    let blk4 = blockOf(blk, nJG, last);
+    var u = mat4x4f();
+    for (var s = 0u; s <= blk4.rows.w; s++) {
+      let rowS = vrow(at, s);
+      u = tileFma(u, wgmAt4(s, blk4.rows * p.C) * beta[aBeta() + rowS], vCols(aV() + rowS * p.V, blk4.c));
+    }
+    workStoreRows(base + wU(), blk4.r, blk4.c, u, cv, p.V);
+  }
+  // ABLATE wu }
+  stageBarrier();
+  // gateFactors, second half: Kd = K (.) e^{G_C - G} replaces Kg
+  for (var e = lid; e < cv * p.K; e += WG) {
+    let r = e / p.K;
+    let d = e % p.K;
+    work[base + wKd() + r * p.K + d] = k[aK() + qrow(at, r) * p.K + d] * decay(gateDiff(base, last, r, d));
+  }
+}
+
+// ---- stateScan: sequential over a sequence's chunks, one workgroup per (V tile, head, sequence) ----
+//
+// The VT columns of a tile form ng = VT / 4 vec4 column groups. Invocation lid owns column group
+// cg = lid % ng and rows r0 + i * rstep (rstep = 256 / ng): four vec4 entries of the K x VT state,
+// held in registers across the whole scan, and two of the C x VT row tile (Vn). Each chunk's state
+// is published to workgroup memory for the sums over d. The dispatches of one scan cover chunk
+// ranges [n0, n1) of every sequence (llvmpipe's loop budget), the state carried between them in
+// ht, which the last one leaves final.
+
+var<workgroup> scanState: array<vec4f, SCAN_STATE_VEC4>; // K x ng
+var<workgroup> scanRows: array<vec4f, SCAN_ROWS_VEC4>; // C x ng
+
+// Where a scan invocation works: its (sequence, head) pair, the first of its four columns, its
+// column group of ng, its four state rows (and those clamped to K - 1 for reads), its two row-tile
+// rows, and its sequence.
+struct ScanAt {
+  bh: u32,
+  h: u32,
+  j: u32,
+  cg: u32,
+  ng: u32,
+  d: vec4u,
+  dc: vec4u,
+  ra: u32,
+  rb: u32,
+  seq: SeqAt,
+}
+
+fn scanAt(wg: vec3u, lid: u32) -> ScanAt {
+  let ng = p.VT / 4u;
+  let cg = lid % ng;
+  let rstep = WG / ng;
+  let r0 = lid / ng;
+  let d = vec4u(r0) + rstep * vec4u(0u, 1u, 2u, 3u);
+  let h = wg.y;
+  let s = wg.z;
+  return ScanAt(s * p.H + h, h, wg.x * p.VT + 4u * cg, cg, ng, d, min(d, vec4u(p.K - 1u)), r0, r0 + rstep, seqOf(s));
+}
+
+// Chunk n of the scan's sequence: its work and states blocks, its valid rows, and the invocation's
+// two row-tile rows clamped to the last valid row for reads.
+struct ScanChunk {
+  wid: u32,
+  t0: u32,
+  cv: u32,
+  raC: u32,
+  rbC: u32,
+}
+
+fn scanChunk(at: ScanAt, n: u32) -> ScanChunk {
+  let ch = chunkOf(at.seq.first + n, at.h);
+  return ScanChunk(ch.wid, ch.t0, ch.cv, min(at.ra, ch.cv - 1u), min(at.rb, ch.cv - 1u));
+}
+
+fn slot(at: ScanAt, r: u32) -> u32 {
+  return r * at.ng + at.cg;
+}
+
+// Publishes the state tile to workgroup memory for the row tiles' sums over d.
+fn publishState(at: ScanAt, s: mat4x4f) {
+  if (at.d.x < p.K) { scanState[at.d.x * at.ng + at.cg] = s[0]; }
+  if (at.d.y < p.K) { scanState[at.d.y * at.ng + at.cg] = s[1]; }
+  if (at.d.z < p.K) { scanState[at.d.z * at.ng + at.cg] = s[2]; }
+  if (at.d.w < p.K) { scanState[at.d.w * at.ng + at.cg] = s[3]; }
+}
+
+// One state row at the start of a forward scan dispatch: the carry in ht, else h0 or zero.
+fn forwardStartRow(at: ScanAt, d: u32, fromFirst: bool, hasH0: bool) -> vec4f {
+  if (d >= p.K) {
+    return vec4f(0.0);
+  }
+  let row = (at.bh * p.K + d) * p.V;
+  if (!fromFirst) {
+    return htCols(aHt() + row, at.j);
+  }
+  if (!hasH0) {
+    return vec4f(0.0);
+  }
+  return h0Cols(aH0() + row, at.j);
+}
+
+@compute @workgroup_size(256)
+fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let at = scanAt(wg, lid);
+  let hasH0 = (p.flags & HAS_H0) != 0u;
+  let first = range.n0 == 0u;
+  var st = mat4x4f(
+    forwardStartRow(at, at.d.x, first, hasH0),
+    forwardStartRow(at, at.d.y, first, hasH0),
+    forwardStartRow(at, at.d.z, first, hasH0),
+    forwardStartRow(at, at.d.w, first, hasH0),
+  );
+  let n1 = min(range.n1, at.seq.count);
+  for (var n = range.n0; n < n1; n++) {
+    let ch = scanChunk(at, n);
+    let base = ch.wid * workSize();
+    let sBlock = ch.wid * stateSize();
+    // publish the chunk-start state and save it (transposed: the output and the backward read it
+    // with lanes along K)
+    publishState(at, st);
+    let sBase = sBlock + sS();
+    if (at.d.x < p.K) { statesStoreT(sBase, at.d.x, at.j, st[0]); }
+    if (at.d.y < p.K) { statesStoreT(sBase, at.d.y, at.j, st[1]); }
+    if (at.d.z < p.K) { statesStoreT(sBase, at.d.z, at.j, st[2]); }
+    if (at.d.w < p.K) { statesStoreT(sBase, at.d.w, at.j, st[3]); }
+    workgroupBarrier();
+    // newValues: Vn = U - W S, one pass over d
+    var wa = vec4f(0.0);
+    var wb = vec4f(0.0);
+    let wRowA = base + wW() + ch.raC * p.K;
+    let wRowB = base + wW() + ch.rbC * p.K;
+    for (var d = 0u; d < p.K; d++) {
+      let s = scanState[slot(at, d)];
+      wa = fma(vec4f(work[wRowA + d]), s, wa);
+      wb = fma(vec4f(work[wRowB + d]), s, wb);
+    }
+    let va = workCols(base + wU() + ch.raC * p.V, at.j) - wa;
+    let vb = workCols(base + wU() + ch.rbC * p.V, at.j) - wb;
+    if (at.ra < ch.cv) {
+      scanRows[slot(at, at.ra)] = va;
+      statesStoreCols(sBlock + sVn() + at.ra * p.V, at.j, va);
+    }
+    if (at.rb < ch.cv) {
+      scanRows[slot(at, at.rb)] = vb;
+      statesStoreCols(sBlock + sVn() + at.rb * p.V, at.j, vb);
+    }
+    workgroupBarrier();
+    // stateScan: S' = diag(gamma_C) S + Kd^T Vn
+    var next = tileScaleRows(st, workAt4(base + wGam(), at.dc));
+    for (var r = 0u; r < ch.cv; r++) {
+      next = tileFma(next, workAt4(base + wKd() + r * p.K, at.dc), scanRows[slot(at, r)]);
+    }
+    st = next;
+    workgroupBarrier();
+  }
+  let rows = (vec4u(at.bh * p.K) + at.d) * p.V + vec4u(aHt());
+  if (at.d.x < p.K) { htStoreCols(rows.x, at.j, st[0]); }
+  if (at.d.y < p.K) { htStoreCols(rows.y, at.j, st[1]); }
+  if (at.d.z < p.K) { htStoreCols(rows.z, at.j, st[2]); }
+  if (at.d.w < p.K) { htStoreCols(rows.w, at.j, st[3]); }
+}
+
+// ---- chunkOutput: O = Qg S + P Vn, one workgroup per (chunk, head) ----
+//
+// A register tile of 4 rows x 8 columns per invocation; the operands staged in MM_SLICE-wide
+// slices of the contraction (channels for Qg S, rows for P Vn) in workgroup memory. Each output
+// sums the channels in ascending order, then the rows.
+
+@compute @workgroup_size(256)
+fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let last = cv - 1u;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+  let sBlock = at.wid * stateSize();
+  let nRG = (cv + 3u) / 4u;
+  let nJ8 = (p.V + 7u) / 8u;
+  let V = p.V;
+  let lanes = vec4u(0u, 1u, 2u, 3u);
+  // blocks of 4 rows x 8 columns, one per invocation a turn (one turn up to V = 128 at C = 64)
+  for (var turn = 0u; turn * WG < nRG * nJ8; turn++) {
+    let blk = lid + turn * WG;
+    let mine = blk < nRG * nJ8;
+    let r = 4u * (blk / nJ8);
+    let j = 8u * (blk % nJ8);
+    let rows = rows4(min(r, last), last) * MM_SLICE;
+    var t0 = mat4x4f();
+    var t1 = mat4x4f();
+    for (var s0 = 0u; s0 < p.K; s0 += MM_SLICE) {
+      // S^T slice: channels s0.. of S ([V, K] in memory) as [MM_SLICE][V]; Qg slice [C][MM_SLICE]
+      for (var e = lid; e < MM_SLICE * V; e += WG) {
+        let jj = e / MM_SLICE;
+        let dd = e % MM_SLICE;
+        let d = s0 + dd;
+        wgm[dd * V + jj] = select(0.0, states[sBlock + sS() + jj * p.K + d], d < p.K);
+      }
+      for (var e = lid; e < cv * MM_SLICE; e += WG) {
+        let rr = e / MM_SLICE;
+        let d = s0 + e % MM_SLICE;
+        stage[e] = select(0.0, work[base + wQg() + rr * p.K + d], d < p.K);
+      }
+      workgroupBarrier();
+      if (mine) {
+        for (var dd = 0u; dd < MM_SLICE; dd++) {
+          let a = stageAt4(dd, rows);
+          t0 = tileFma(t0, a, wgmAt4(dd * V + j, lanes));
+          t1 = tileFma(t1, a, wgmAt4(dd * V + j + 4u, lanes));
+        }
+      }
+      workgroupBarrier();
+    }
+    for (var s0 = 0u; s0 < cv; s0 += MM_SLICE) {
+      // Vn slice rows s0.. as [MM_SLICE][V]; P slice [C][MM_SLICE] (P is zero above the diagonal)
+      for (var e = lid; e < MM_SLICE * V; e += WG) {
+        let s = s0 + e / V;
+        wgm[e] = select(0.0, states[sBlock + sVn() + s * V + e % V], s < cv);
+      }
+      for (var e = lid; e < cv * MM_SLICE; e += WG) {
+        let rr = e / MM_SLICE;
+        let s = s0 + e % MM_SLICE;
+        stage[e] = select(0.0, tri[tbase + rP() + rr * p.C + s], s < cv);
+      }
+      workgroupBarrier();
+      if (mine) {
+        for (var ss = 0u; ss < MM_SLICE; ss++) {
+          let a = stageAt4(ss, rows);
+          t0 = tileFma(t0, a, wgmAt4(ss * V + j, lanes));
+          t1 = tileFma(t1, a, wgmAt4(ss * V + j + 4u, lanes));
+        }
+      }
+      workgroupBarrier();
+    }
+    if (mine) {
+      for (var i = 0u; i < 4u; i++) {
+        if (r + i < cv) {
+          let row = aO() + vrow(at, r + i) * V;
+          oStoreCols(row, j, t0[i]);
+          oStoreCols(row, j + 4u, t1[i]);
+        }
+      }
+    }
+  }
+}

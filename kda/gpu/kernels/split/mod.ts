@@ -1,0 +1,434 @@
+// The "split" kernel set, designed for speed on large problems: the stages of kda/chunk.ts split
+// as a fast chunked KDA splits them (gate sums and the chunk's pairwise products, the sequential
+// state scan alone, the output as its own chunk-parallel product; in the backward the scan, the
+// three C x V x K products, and the rest), with the pairwise decays of L, P and their gradients
+// factored through anchor rows whose decays are computed once per chunk (docs/kda.md 2.2, 2.3).
+// It reads the caller's arrays and writes the results in place (no packed copies), walks the
+// chunks of each sequence of a packed batch through a chunk table, and reads q and k at their own
+// head for grouped value heads (the gradients of each group summed by a stage of its own).
+
+import type { ChunkSize, KdaDims } from "../../../_types.ts";
+import type { AccessorDecl } from "../../accessors.ts";
+import { ofSize, type RegionTable, type Size } from "../../layout.ts";
+import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
+
+/** Invocations per workgroup of every kernel of the set. */
+const WORKGROUP_SIZE = 256;
+/** Channels per staged slice of the pairwise products. */
+const LP_BLOCK = 8;
+/** Widest scan tile (V columns). */
+const MAX_SCAN_TILE = 32;
+/** vec4 entries of the scans' state tile (K × VT / 4) and row tile (C × VT / 4). */
+const SCAN_STATE_VEC4 = 1024;
+const SCAN_ROWS_VEC4 = 512;
+/** Channels (or value columns) per staged slice of the output and gradient products. */
+const MM_SLICE = 16;
+/** Loop iterations an invocation may run on llvmpipe before it is ended silently (see fused/). */
+const LOOP_BUDGET = 60000;
+/** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
+const GRID_X = 32768;
+
+const CK: Size = [[1, "C", "K"]];
+const CV: Size = [[1, "C", "V"]];
+const CC: Size = [[1, "C", "C"]];
+
+/** A buffer holding one array of the call, bound directly where it is the caller's. */
+function arrayBuffer(
+  name: string,
+  array: NonNullable<BufferDecl["arrays"]>[string] & string,
+  size: Size,
+  lifetime: BufferDecl["lifetime"],
+): BufferDecl {
+  const region = name[0].toUpperCase() + name.slice(1);
+  return {
+    name,
+    table: { prefix: "a", regions: [{ name: region, size }] },
+    perChunk: false,
+    dtype: "f32",
+    lifetime,
+    arrays: { [region]: array },
+  };
+}
+
+/**
+ * The forward's per-chunk work, one block per (chunk, head): G as hi + lo (the shared gate sums),
+ * W, Kd = K ⊙ e^{G_C − G}, Qg = scale Q ⊙ e^G, U, and Gam = e^{G_C}.
+ */
+export const WORK: RegionTable = {
+  prefix: "w",
+  sizeFn: "workSize",
+  regions: [
+    ...ofSize(CK, "G", "Glo", "W", "Kd", "Qg"),
+    { name: "U", size: CV },
+    { name: "Gam", size: [[1, "K"]] },
+  ],
+};
+
+/** The forward's per-chunk C × C matrices: P (lower, scaled), T = (I + L)^-1, L (strictly lower). */
+export const TRI: RegionTable = {
+  prefix: "r",
+  sizeFn: "triSize",
+  regions: ofSize(CC, "P", "T", "L"),
+};
+
+/** What the forward scan leaves per chunk: the chunk-start state S ([V, K]) and Vn ([C, V]). */
+export const STATES: RegionTable = {
+  prefix: "s",
+  sizeFn: "stateSize",
+  regions: [{ name: "S", size: [[1, "K", "V"]] }, { name: "Vn", size: CV }],
+};
+
+/** The backward's per-chunk scan results: dVn and dS' ([V, K]). */
+export const BW: RegionTable = {
+  prefix: "b",
+  sizeFn: "bwSize",
+  regions: [{ name: "DVn", size: CV }, { name: "DS", size: [[1, "K", "V"]] }],
+};
+
+/** The backward's per-chunk gradient scratch. */
+export const GS: RegionTable = {
+  prefix: "g",
+  sizeFn: "gsSize",
+  regions: [
+    ...ofSize(CK, "Kd", "Qg", "W", "Kb", "G"),
+    ...ofSize(CC, "P", "T", "X", "L", "M"),
+    { name: "Gam", size: [[1, "K"]] },
+    { name: "Bv", size: [[1, "C"]] },
+  ],
+};
+
+/** The chunk table: a record per chunk (sequence, first token, rows, index) and per sequence. */
+const CHUNKS: RegionTable = {
+  prefix: "t",
+  regions: [{ name: "Chunk", size: [[4, "NCT"]] }, { name: "Seq", size: [[4, "N"]] }],
+};
+
+/** The chunk table of a plan: what each chunk-parallel workgroup and each scan reads. */
+function chunkTable(plan: Plan): Uint32Array {
+  const { C, N, NCT, T, cuSeqlens } = plan;
+  const out = new Uint32Array(4 * NCT + 4 * N);
+  let c = 0;
+  for (let seq = 0; seq < N; seq++) {
+    const start = cuSeqlens === undefined ? seq * T : cuSeqlens[seq];
+    const len = cuSeqlens === undefined ? T : cuSeqlens[seq + 1] - cuSeqlens[seq];
+    const n = Math.ceil(len / C);
+    out.set([c, n, start, len], 4 * NCT + 4 * seq);
+    for (let i = 0; i < n; i++, c++) {
+      out.set([seq, start + i * C, Math.min(C, len - i * C), i], 4 * c);
+    }
+  }
+  return out;
+}
+
+const TOKQ: Size = [[1, "B", "T", "HQ", "K"]];
+const TOKK: Size = [[1, "B", "T", "H", "K"]];
+const TOKV: Size = [[1, "B", "T", "H", "V"]];
+const TOKB: Size = [[1, "B", "T", "H"]];
+const STATE: Size = [[1, "N", "H", "K", "V"]];
+
+/** The vec4 accessors the set's WGSL uses. */
+const ACCESSORS: readonly AccessorDecl[] = [
+  ["load", "q", "K"],
+  ["load", "k", "K"],
+  ["load", "v", "V"],
+  ["load", "work", "K"],
+  ["load", "work", "V"],
+  ["load", "states", "K"],
+  ["load", "bw", "K"],
+  ["load", "bw", "V"],
+  ["load", "gs", "K"],
+  ["load", "dout", "V"],
+  ["load", "ht", "V"],
+  ["load", "h0", "V"],
+  ["load", "dht", "V"],
+  ["load", "dh0", "V"],
+  ["load", "dqh", "K"],
+  ["load", "dkh", "K"],
+  ["store", "states", "V"],
+  ["store", "o", "V"],
+  ["store", "ht", "V"],
+  ["store", "dh0", "V"],
+  ["store", "bw", "V"],
+  ["store", "dv", "V"],
+  ["store", "dq", "K"],
+  ["store", "dk", "K"],
+  ["store", "dqh", "K"],
+  ["store", "dkh", "K"],
+  ["storeTransposed", "states", "V"],
+  ["storeTransposed", "bw", "V"],
+  ["gather", "v", "K"],
+  ["gather", "beta", "K"],
+  ["gather", "work", "K"],
+  ["gather", "tri", "K"],
+  ["gather", "states", "K"],
+  ["gather", "dout", "K"],
+  ["gather", "bw", "K"],
+  ["gather", "gs", "K"],
+  ["gather", "wgm", "K"],
+  ["gather", "stage", "K"],
+  ["storeRows", "work", "K"],
+  ["storeRows", "gs", "K"],
+  ["storeTriangle", "tri", "K"],
+  ["storeTriangle", "gs", "K"],
+];
+
+/** The chunk-parallel grid: the chunks of every sequence in x (wrapped past GRID_X), heads in z. */
+const chunkGrid = (plan: Plan): [number, number, number] => [
+  Math.min(plan.NCT, GRID_X),
+  Math.ceil(plan.NCT / GRID_X),
+  plan.H,
+];
+/** The scans' grid: V tiles, heads, sequences. */
+const scanGrid = (plan: Plan): [number, number, number] => [plan.extra.nVT, plan.H, plan.N];
+/** The group sums' grid: four channels of every token row of the query/key heads an invocation. */
+function sumGrid(plan: Plan): [number, number, number] {
+  const groups = Math.ceil((plan.B * plan.T * plan.HQ * Math.ceil(plan.K / 4)) / WORKGROUP_SIZE);
+  return [Math.min(groups, GRID_X), Math.ceil(groups / GRID_X), 1];
+}
+
+/**
+ * The split kernel set (see the module comment).
+ *
+ * @example
+ * ```ts
+ * console.log(SPLIT.forward.stages.map((s) => s.entry)); // ["chunkPrep", "stateScan", "chunkOutput"]
+ * ```
+ */
+export const SPLIT: KernelSet = {
+  name: "split",
+  description: "stages split for speed, anchored pairwise products, the caller's arrays bound " +
+    "directly, packed batches and grouped value heads natively",
+  files: [
+    new URL("./common.wgsl", import.meta.url),
+    new URL("./forward.wgsl", import.meta.url),
+    new URL("./scan_backward.wgsl", import.meta.url),
+    new URL("./chunk_backward.wgsl", import.meta.url),
+  ],
+  include: ["shared"],
+  features: [],
+  native: { groupedHeads: true, packed: true },
+  workgroupSize: WORKGROUP_SIZE,
+  workgroupBytes: Math.max(
+    4 * (2 * 2048 + 7 * 64 * LP_BLOCK),
+    (SCAN_STATE_VEC4 + SCAN_ROWS_VEC4) * 16,
+  ),
+  constants: {
+    SHARED: 2 * 2048,
+    STAGE: 7 * 64 * LP_BLOCK,
+    LP_BLOCK,
+    MM_SLICE,
+    SCAN_STATE_VEC4,
+    SCAN_ROWS_VEC4,
+    GRID_X,
+  },
+  flags: { HAS_H0: 1, HAS_DHT: 2, SAVE_STATES: 4, GROUPED: 8 },
+  planFlags: (plan) => grouped(plan) ? 8 : 0,
+  params: [
+    "B",
+    "T",
+    "H",
+    "HQ",
+    "G",
+    "K",
+    "V",
+    "C",
+    "N",
+    "NCT",
+    "NC",
+    "VT",
+    "nVT",
+    "flags",
+    "scale",
+  ],
+  buffers: [
+    arrayBuffer("q", "q", TOKQ, "saved"),
+    arrayBuffer("k", "k", TOKQ, "saved"),
+    arrayBuffer("v", "v", TOKV, "saved"),
+    arrayBuffer("g", "g", TOKK, "forward"),
+    arrayBuffer("beta", "beta", TOKB, "saved"),
+    arrayBuffer("h0", "h0", STATE, "forward"),
+    {
+      name: "chunk table",
+      table: CHUNKS,
+      perChunk: false,
+      dtype: "u32",
+      lifetime: "saved",
+      init: chunkTable,
+    },
+    { name: "work", table: WORK, perChunk: true, dtype: "f32", lifetime: "saved" },
+    { name: "tri", table: TRI, perChunk: true, dtype: "f32", lifetime: "saved" },
+    { name: "states", table: STATES, perChunk: true, dtype: "f32", lifetime: "saved" },
+    arrayBuffer("o", "o", TOKV, "forward"),
+    arrayBuffer("ht", "ht", STATE, "forward"),
+    arrayBuffer("dout", "dout", TOKV, "backward"),
+    arrayBuffer("dht", "dht", STATE, "backward"),
+    { name: "backward scratch", table: BW, perChunk: true, dtype: "f32", lifetime: "backward" },
+    { name: "gradient scratch", table: GS, perChunk: true, dtype: "f32", lifetime: "backward" },
+    arrayBuffer("dq", "dq", TOKQ, "backward"),
+    arrayBuffer("dk", "dk", TOKQ, "backward"),
+    arrayBuffer("dv", "dv", TOKV, "backward"),
+    arrayBuffer("dg", "dg", TOKK, "backward"),
+    arrayBuffer("dbeta", "dbeta", TOKB, "backward"),
+    arrayBuffer("dh0", "dh0", STATE, "backward"),
+    {
+      name: "dq per value head",
+      table: { prefix: "e", regions: [{ name: "Dq", size: TOKK }] },
+      perChunk: false,
+      dtype: "f32",
+      lifetime: "backward",
+      when: (plan) => plan.H !== plan.HQ,
+    },
+    {
+      name: "dk per value head",
+      table: { prefix: "e", regions: [{ name: "Dk", size: TOKK }] },
+      perChunk: false,
+      dtype: "f32",
+      lifetime: "backward",
+      when: (plan) => plan.H !== plan.HQ,
+    },
+  ],
+  bindings: [
+    ...["q", "k", "v", "g", "beta", "h0"].map((name) => ({
+      name,
+      type: "read-only-storage" as const,
+      wgsl: "array<f32>",
+      doc: name,
+    })),
+    { name: "chunks", type: "read-only-storage", wgsl: "array<u32>", doc: "the chunk table" },
+    { name: "work", type: "storage", wgsl: "array<f32>", doc: "WORK per chunk" },
+    { name: "tri", type: "storage", wgsl: "array<f32>", doc: "TRI per chunk" },
+    { name: "states", type: "storage", wgsl: "array<f32>", doc: "STATES per chunk" },
+    { name: "o", type: "storage", wgsl: "array<f32>", doc: "o" },
+    { name: "ht", type: "storage", wgsl: "array<f32>", doc: "ht (and the scans' carry)" },
+    { name: "dout", type: "read-only-storage", wgsl: "array<f32>", doc: "dout" },
+    { name: "dht", type: "read-only-storage", wgsl: "array<f32>", doc: "dht" },
+    { name: "bw", type: "storage", wgsl: "array<f32>", doc: "BW per chunk" },
+    { name: "gs", type: "storage", wgsl: "array<f32>", doc: "GS per chunk" },
+    ...["dq", "dk", "dv", "dg", "dbeta", "dh0", "dqh", "dkh"].map((name) => ({
+      name,
+      type: "storage" as const,
+      wgsl: "array<f32>",
+      doc: name,
+    })),
+  ],
+  accessors: ACCESSORS,
+  forward: {
+    stages: [
+      {
+        entry: "chunkPrep",
+        grid: chunkGrid,
+        uses: ["q", "k", "v", "g", "beta", "chunks", "work", "tri"],
+        sections: ["cumsum", "lp", "subst", "wu", "factors"],
+      },
+      {
+        entry: "stateScan",
+        grid: scanGrid,
+        scan: true,
+        uses: ["h0", "chunks", "work", "states", "ht"],
+      },
+      {
+        entry: "chunkOutput",
+        grid: chunkGrid,
+        uses: ["chunks", "work", "tri", "states", "o"],
+      },
+    ],
+    bind: {
+      q: "q",
+      k: "k",
+      v: "v",
+      g: "g",
+      beta: "beta",
+      h0: "h0",
+      chunks: "chunk table",
+      work: "work",
+      tri: "tri",
+      states: "states",
+      o: "o",
+      ht: "ht",
+    },
+  },
+  backward: {
+    stages: [
+      {
+        entry: "stateScanBackward",
+        grid: scanGrid,
+        scan: true,
+        uses: ["chunks", "work", "tri", "dout", "dht", "bw", "dh0"],
+      },
+      {
+        entry: "chunkGradsV",
+        grid: chunkGrid,
+        uses: ["k", "v", "beta", "chunks", "work", "tri", "states", "dout", "bw", "gs", "dv"],
+        sections: ["bA", "bPM", "bdV"],
+      },
+      {
+        entry: "chunkGradsK",
+        grid: chunkGrid,
+        uses: [
+          "q",
+          "k",
+          "beta",
+          "chunks",
+          "work",
+          "tri",
+          "gs",
+          "dq",
+          "dk",
+          "dg",
+          "dbeta",
+          "dqh",
+          "dkh",
+        ],
+        sections: ["bdT", "bKb", "bC", "bD", "bE", "bF"],
+      },
+      { entry: "groupSums", grid: sumGrid, uses: ["dq", "dk", "dqh", "dkh"], when: grouped },
+    ],
+    bind: {
+      q: "q",
+      k: "k",
+      v: "v",
+      beta: "beta",
+      chunks: "chunk table",
+      work: "work",
+      tri: "tri",
+      states: "states",
+      dout: "dout",
+      dht: "dht",
+      bw: "backward scratch",
+      gs: "gradient scratch",
+      dq: "dq",
+      dk: "dk",
+      dv: "dv",
+      dg: "dg",
+      dbeta: "dbeta",
+      dh0: "dh0",
+      dqh: "dq per value head",
+      dkh: "dk per value head",
+    },
+  },
+  extra(shape: KdaDims, C: ChunkSize) {
+    const { K, V } = shape;
+    let VT = MAX_SCAN_TILE;
+    while (
+      VT > 4 &&
+      (K * VT > 4 * SCAN_STATE_VEC4 || C * VT > 4 * SCAN_ROWS_VEC4 || VT / 2 >= V)
+    ) VT /= 2;
+    return { VT, nVT: Math.ceil(V / VT) };
+  },
+  scanRanges(plan: Plan) {
+    const perChunk = plan.K + 2 * plan.C + 4;
+    const chunksPer = Math.max(1, Math.floor((LOOP_BUDGET - 64) / perChunk));
+    const ranges: [number, number][] = [];
+    for (let n0 = 0; n0 < plan.NC; n0 += chunksPer) {
+      ranges.push([n0, Math.min(plan.NC, n0 + chunksPer)]);
+    }
+    // a packed batch of empty sequences still runs one range, which copies h0 to ht
+    return ranges.length > 0 ? ranges : [[0, 0]];
+  },
+  whyNot: () => null,
+};
+
+/** Whether a call has grouped value heads (the group sums then run). */
+function grouped(plan: Plan): boolean {
+  return plan.H !== plan.HQ;
+}
