@@ -14,6 +14,7 @@
 //   --groups=issue,sweep,chunk   only these groups of shapes
 //   --kernels=a,b   the kernel sets to time side by side (default: every registered set)
 //   --pool=BYTES   the buffer pool's bound (gpuPool; default: the package's default)
+//   --only=kernels   kernel times alone (no end-to-end or GpuTensor-step walls)
 
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
 import {
@@ -172,6 +173,9 @@ function randomInputs(s: BenchShape, seed: number): KdaProblem<Float32Array> {
   };
 }
 
+/** Whether only the kernel times are measured (--only=kernels). */
+const KERNELS_ONLY = Deno.args.includes("--only=kernels");
+
 /** Repeats of the stages in the one submit that measures steady-state kernel time. */
 const REPEAT = 8;
 
@@ -275,12 +279,13 @@ async function benchShape(
   try {
     const x = randomInputs(s, 1);
     const dout = new Float32Array(B * T * H * V).fill(0.01);
-    // end to end from typed arrays
-    const e2eFwd = await timeRuns(runs, budgetMs, async () => {
+    // end to end from typed arrays (not with --only=kernels)
+    const none = { wallMs: NaN, stageMs: null, totalMinMs: null, runs: 0 };
+    const e2eFwd = KERNELS_ONLY ? none : await timeRuns(runs, budgetMs, async () => {
       await gpuForward(x, { chunkSize: C, kernels });
       return undefined;
     });
-    const e2eBoth = await timeRuns(runs, budgetMs, async () => {
+    const e2eBoth = KERNELS_ONLY ? none : await timeRuns(runs, budgetMs, async () => {
       const { saved } = await gpuForward(x, { chunkSize: C, kernels, saveForBackward: true });
       await gpuBackward(saved!, { dout });
       saved!.release();
@@ -301,7 +306,9 @@ async function benchShape(
       return [timed, last] as const;
     };
     const [[fwd, fwdSteady], [bwd, bwdSteady]] = await withGpuJobs(set, x, dout, C, time, time);
-    const device = await onDeviceWall(s, kernels, x, dout, runs, budgetMs);
+    const device = KERNELS_ONLY
+      ? { forward: NaN, forwardBackward: NaN, createdBytesPerVjp: NaN }
+      : await onDeviceWall(s, kernels, x, dout, runs, budgetMs);
     const sum = (xs: number[] | null | undefined) => xs ? xs.reduce((a, b) => a + b, 0) : null;
     const steadyMs = [...(fwdSteady ?? []), ...(bwdSteady ?? [])].map((ns) => ns / 1e6);
     const kFwd = fwdSteady ? sum(fwdSteady)! / 1e6 : null;
@@ -402,7 +409,7 @@ async function main(): Promise<void> {
     }
   }
   const date = new Date().toISOString().slice(0, 10);
-  const dir = new URL("./results", import.meta.url);
+  const dir = new URL("./results/", import.meta.url);
   await Deno.mkdir(dir, { recursive: true });
   const name = Deno.env.get("KDA_BENCH_OUT") ??
     new URL(`${slug(info.description)}-${date}.json`, dir).pathname;

@@ -37,21 +37,84 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   // Stage A, the sums over V of stateScanBackward, chunkOutputBackward, newValuesBackward and
   // wyBackward: dKd = Vn dS'^T, dQg = scale dO S^T, dW = -dVn S^T (4 rows x 4 channels a block)
   // ABLATE bA {
-  for (var blk = lid; blk < nRG * nDG; blk += WG) {
-    let blk4 = blockOf(blk, nDG, last);
-    let dOut = vec4u(aDout()) + vrow4(at, blk4.rows) * p.V;
-    var dkd = mat4x4f();
-    var dqg = mat4x4f();
-    var dw = mat4x4f();
-    for (var j = 0u; j < p.V; j++) {
-      let sd = statesK4(sBase + j * p.K, blk4.c);
-      dkd = tileFma(dkd, statesAt4(sBlock + sVn() + j, blk4.rows * p.V), bwK4(bBase + bDS() + j * p.K, blk4.c));
-      dqg = tileFma(dqg, doutAt4(j, dOut), sd);
-      dw = tileFma(dw, bwAt4(bBase + bDVn() + j, blk4.rows * p.V), sd);
+  // as tiled products (common.wgsl) over slices of the V columns: first dKd = Vn dS'^T, then
+  // dQg = dO S^T and dW = -dVn S^T, which share S^T; tiles of 4 rows x 8 channels
+  let lanes = vec4u(0u, 1u, 2u, 3u);
+  let KQ = (p.K + 3u) / 4u;
+  let nD8 = (p.K + 7u) / 8u;
+  let rowsOk = vec4u(cv);
+  for (var turn = 0u; turn * WG < nRG * nD8; turn++) {
+    let blk = lid + turn * WG;
+    let mine = blk < nRG * nD8;
+    let rq = blk / nD8;
+    let dq = 2u * (blk % nD8);
+    var kd = Tile8(mat4x4f(), mat4x4f());
+    for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
+      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+        let j = j0 + e / 16u;
+        let rows = 4u * (e % 16u) + lanes;
+        var value = vec4f(0.0);
+        if (j < p.V) {
+          value = select(vec4f(0.0), statesAt4(sBlock + sVn() + j, min(rows, vec4u(last)) * p.V), rows < rowsOk);
+        }
+        tileA[e] = value;
+      }
+      for (var e = lid; e < MM_SLICE * KQ; e += WG) {
+        let j = j0 + e / KQ;
+        var value = vec4f(0.0);
+        if (j < p.V) {
+          value = bwK4(bBase + bDS() + j * p.K, 4u * (e % KQ));
+        }
+        tileB[e] = value;
+      }
+      workgroupBarrier();
+      if (mine) {
+        kd = mmSlice(kd, 0u, rq, dq, KQ, min(MM_SLICE, p.V - j0));
+      }
+      workgroupBarrier();
     }
-    gsStoreRows(gBase + gKd(), blk4.r, blk4.c, dkd, cv, p.K);
-    gsStoreRows(gBase + gQg(), blk4.r, blk4.c, p.scale * dqg, cv, p.K);
-    gsStoreRows(gBase + gW(), blk4.r, blk4.c, dw * -1.0, cv, p.K);
+    var qg = Tile8(mat4x4f(), mat4x4f());
+    var dw = Tile8(mat4x4f(), mat4x4f());
+    for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
+      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+        let j = j0 + e / 16u;
+        let rows = 4u * (e % 16u) + lanes;
+        let clamped = min(rows, vec4u(last));
+        var dO = vec4f(0.0);
+        var dvn = vec4f(0.0);
+        if (j < p.V) {
+          dO = select(vec4f(0.0), doutAt4(j, vec4u(aDout()) + vrow4(at, clamped) * p.V), rows < rowsOk);
+          dvn = select(vec4f(0.0), bwAt4(bBase + bDVn() + j, clamped * p.V), rows < rowsOk);
+        }
+        tileA[e] = dO;
+        tileA[MM_SLICE * 16u + e] = dvn;
+      }
+      for (var e = lid; e < MM_SLICE * KQ; e += WG) {
+        let j = j0 + e / KQ;
+        var value = vec4f(0.0);
+        if (j < p.V) {
+          value = statesK4(sBase + j * p.K, 4u * (e % KQ));
+        }
+        tileB[e] = value;
+      }
+      workgroupBarrier();
+      if (mine) {
+        let n = min(MM_SLICE, p.V - j0);
+        qg = mmSlice(qg, 0u, rq, dq, KQ, n);
+        dw = mmSlice(dw, 1u, rq, dq, KQ, n);
+      }
+      workgroupBarrier();
+    }
+    if (mine) {
+      let r = 4u * rq;
+      let d = 4u * dq;
+      gsStoreRows(gBase + gKd(), r, d, kd.t0, cv, p.K);
+      gsStoreRows(gBase + gKd(), r, d + 4u, kd.t1, cv, p.K);
+      gsStoreRows(gBase + gQg(), r, d, p.scale * qg.t0, cv, p.K);
+      gsStoreRows(gBase + gQg(), r, d + 4u, p.scale * qg.t1, cv, p.K);
+      gsStoreRows(gBase + gW(), r, d, dw.t0 * -1.0, cv, p.K);
+      gsStoreRows(gBase + gW(), r, d + 4u, dw.t1 * -1.0, cv, p.K);
+    }
   }
   // ABLATE bA }
   // Kg = K (.) Gamma for wyBackward, held in the dG region until Stage E writes dG there

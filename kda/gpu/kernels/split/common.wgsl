@@ -7,6 +7,37 @@
 var<workgroup> wgm: array<f32, SHARED>;
 var<workgroup> stage: array<f32, STAGE>;
 
+// ---- tiled products ----
+//
+// The C x (V or K) products of a chunk run as register tiles of 4 rows x 8 columns per invocation
+// over MM_SLICE-deep slices of the contraction staged in workgroup memory as vec4s: tileA holds,
+// for each contraction index, four rows of the left operand in one vec4 (up to two left operands
+// that share the right one), tileB four columns of the right operand, so that one step of a tile
+// is three vec4 loads and 32 fused multiply-adds.
+
+var<workgroup> tileA: array<vec4f, TILE_A_VEC4>; // [2][MM_SLICE][C / 4]
+var<workgroup> tileB: array<vec4f, TILE_B_VEC4>; // [MM_SLICE][up to 256 / 4]
+
+// Two register tiles side by side: 4 rows x 8 columns.
+struct Tile8 {
+  t0: mat4x4f,
+  t1: mat4x4f,
+}
+
+// acc + the staged slice's product for rows 4 rq.. and columns 4 jq.. (n contraction steps, the
+// right operand's rows width4 vec4s wide; left operand `which` of the two)
+fn mmSlice(acc: Tile8, which: u32, rq: u32, jq: u32, width4: u32, n: u32) -> Tile8 {
+  var t0 = acc.t0;
+  var t1 = acc.t1;
+  let a0 = which * MM_SLICE * 16u;
+  for (var dd = 0u; dd < n; dd++) {
+    let a = tileA[a0 + dd * 16u + rq];
+    t0 = tileFma(t0, a, tileB[dd * width4 + jq]);
+    t1 = tileFma(t1, a, tileB[dd * width4 + jq + 1u]);
+  }
+  return Tile8(t0, t1);
+}
+
 // Where a chunk-parallel workgroup works: its chunk c (global), its (chunk, head) block wid, the
 // sequence, the value head h and its query/key head hq, the chunk's first token (a row of the
 // [B·T] tokens) and its valid rows.

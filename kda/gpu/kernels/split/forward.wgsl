@@ -414,9 +414,7 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 
 // ---- chunkOutput: O = Qg S + P Vn, one workgroup per (chunk, head) ----
 //
-// A register tile of 4 rows x 8 columns per invocation; the operands staged in MM_SLICE-wide
-// slices of the contraction (channels for Qg S, rows for P Vn) in workgroup memory. Each output
-// sums the channels in ascending order, then the rows.
+// Tiled products (common.wgsl): each output sums the channels in ascending order, then the rows.
 
 @compute @workgroup_size(256)
 fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -426,73 +424,81 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   }
   let at = chunkOf(c, wg.z);
   let cv = at.cv;
-  let last = cv - 1u;
   let base = at.wid * workSize();
   let tbase = at.wid * triSize();
   let sBlock = at.wid * stateSize();
-  let nRG = (cv + 3u) / 4u;
+  let nRQ = (cv + 3u) / 4u;
+  let VQ = (p.V + 3u) / 4u;
   let nJ8 = (p.V + 7u) / 8u;
-  let V = p.V;
   let lanes = vec4u(0u, 1u, 2u, 3u);
-  // blocks of 4 rows x 8 columns, one per invocation a turn (one turn up to V = 128 at C = 64)
-  for (var turn = 0u; turn * WG < nRG * nJ8; turn++) {
+  // tiles of 4 rows x 8 columns, one per invocation a turn (one turn up to V = 128 at C = 64)
+  for (var turn = 0u; turn * WG < nRQ * nJ8; turn++) {
     let blk = lid + turn * WG;
-    let mine = blk < nRG * nJ8;
-    let r = 4u * (blk / nJ8);
-    let j = 8u * (blk % nJ8);
-    let rows = rows4(min(r, last), last) * MM_SLICE;
-    var t0 = mat4x4f();
-    var t1 = mat4x4f();
+    let mine = blk < nRQ * nJ8;
+    let rq = blk / nJ8;
+    let jq = 2u * (blk % nJ8);
+    var acc = Tile8(mat4x4f(), mat4x4f());
     for (var s0 = 0u; s0 < p.K; s0 += MM_SLICE) {
-      // S^T slice: channels s0.. of S ([V, K] in memory) as [MM_SLICE][V]; Qg slice [C][MM_SLICE]
-      for (var e = lid; e < MM_SLICE * V; e += WG) {
-        let jj = e / MM_SLICE;
-        let dd = e % MM_SLICE;
+      // Qg slice, four rows a vec4; S^T slice (S is [V, K] in memory), four columns a vec4
+      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+        let dd = e / 16u;
         let d = s0 + dd;
-        wgm[dd * V + jj] = select(0.0, states[sBlock + sS() + jj * p.K + d], d < p.K);
+        let rows = 4u * (e % 16u) + lanes;
+        var value = vec4f(0.0);
+        if (d < p.K) {
+          value = select(vec4f(0.0), workAt4(base + wQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
+        }
+        tileA[e] = value;
       }
-      for (var e = lid; e < cv * MM_SLICE; e += WG) {
-        let rr = e / MM_SLICE;
-        let d = s0 + e % MM_SLICE;
-        stage[e] = select(0.0, work[base + wQg() + rr * p.K + d], d < p.K);
+      for (var e = lid; e < MM_SLICE * VQ; e += WG) {
+        let dd = e / VQ;
+        let d = s0 + dd;
+        let cols = 4u * (e % VQ) + lanes;
+        var value = vec4f(0.0);
+        if (d < p.K) {
+          value = select(vec4f(0.0), statesAt4(sBlock + sS() + d, min(cols, vec4u(p.V - 1u)) * p.K), cols < vec4u(p.V));
+        }
+        tileB[dd * VQ + e % VQ] = value;
       }
       workgroupBarrier();
       if (mine) {
-        for (var dd = 0u; dd < MM_SLICE; dd++) {
-          let a = stageAt4(dd, rows);
-          t0 = tileFma(t0, a, wgmAt4(dd * V + j, lanes));
-          t1 = tileFma(t1, a, wgmAt4(dd * V + j + 4u, lanes));
-        }
+        acc = mmSlice(acc, 0u, rq, jq, VQ, min(MM_SLICE, p.K - s0));
       }
       workgroupBarrier();
     }
     for (var s0 = 0u; s0 < cv; s0 += MM_SLICE) {
-      // Vn slice rows s0.. as [MM_SLICE][V]; P slice [C][MM_SLICE] (P is zero above the diagonal)
-      for (var e = lid; e < MM_SLICE * V; e += WG) {
-        let s = s0 + e / V;
-        wgm[e] = select(0.0, states[sBlock + sVn() + s * V + e % V], s < cv);
+      // P slice (zero above the diagonal), four rows a vec4; Vn slice, four columns a vec4
+      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+        let s = s0 + e / 16u;
+        let rows = 4u * (e % 16u) + lanes;
+        var value = vec4f(0.0);
+        if (s < cv) {
+          value = select(vec4f(0.0), triAt4(tbase + rP() + s, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
+        }
+        tileA[e] = value;
       }
-      for (var e = lid; e < cv * MM_SLICE; e += WG) {
-        let rr = e / MM_SLICE;
-        let s = s0 + e % MM_SLICE;
-        stage[e] = select(0.0, tri[tbase + rP() + rr * p.C + s], s < cv);
+      for (var e = lid; e < MM_SLICE * VQ; e += WG) {
+        let s = s0 + e / VQ;
+        var value = vec4f(0.0);
+        if (s < cv) {
+          value = statesCols(sBlock + sVn() + s * p.V, 4u * (e % VQ));
+        }
+        tileB[e] = value;
       }
       workgroupBarrier();
       if (mine) {
-        for (var ss = 0u; ss < MM_SLICE; ss++) {
-          let a = stageAt4(ss, rows);
-          t0 = tileFma(t0, a, wgmAt4(ss * V + j, lanes));
-          t1 = tileFma(t1, a, wgmAt4(ss * V + j + 4u, lanes));
-        }
+        acc = mmSlice(acc, 0u, rq, jq, VQ, min(MM_SLICE, cv - s0));
       }
       workgroupBarrier();
     }
     if (mine) {
+      let r = 4u * rq;
+      let j = 4u * jq;
       for (var i = 0u; i < 4u; i++) {
         if (r + i < cv) {
-          let row = aO() + vrow(at, r + i) * V;
-          oStoreCols(row, j, t0[i]);
-          oStoreCols(row, j + 4u, t1[i]);
+          let row = aO() + vrow(at, r + i) * p.V;
+          oStoreCols(row, j, acc.t0[i]);
+          oStoreCols(row, j + 4u, acc.t1[i]);
         }
       }
     }

@@ -21,6 +21,9 @@ const MAX_SCAN_TILE = 32;
 /** vec4 entries of the scans' state tile (K × VT / 4) and row tile (C × VT / 4). */
 const SCAN_STATE_VEC4 = 1024;
 const SCAN_ROWS_VEC4 = 512;
+/** vec4s of the two tile stages of the tiled products (common.wgsl). */
+const TILE_A_VEC4 = 512;
+const TILE_B_VEC4 = 1024;
 /** Channels (or value columns) per staged slice of the output and gradient products. */
 const MM_SLICE = 16;
 /** Loop iterations an invocation may run on llvmpipe before it is ended silently (see fused/). */
@@ -134,6 +137,7 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["load", "work", "K"],
   ["load", "work", "V"],
   ["load", "states", "K"],
+  ["load", "states", "V"],
   ["load", "bw", "K"],
   ["load", "bw", "V"],
   ["load", "gs", "K"],
@@ -211,6 +215,7 @@ export const SPLIT: KernelSet = {
   workgroupBytes: Math.max(
     4 * (2 * 2048 + 7 * 64 * LP_BLOCK),
     (SCAN_STATE_VEC4 + SCAN_ROWS_VEC4) * 16,
+    (TILE_A_VEC4 + TILE_B_VEC4) * 16,
   ),
   constants: {
     SHARED: 2 * 2048,
@@ -219,6 +224,8 @@ export const SPLIT: KernelSet = {
     MM_SLICE,
     SCAN_STATE_VEC4,
     SCAN_ROWS_VEC4,
+    TILE_A_VEC4,
+    TILE_B_VEC4,
     GRID_X,
   },
   flags: { HAS_H0: 1, HAS_DHT: 2, SAVE_STATES: 4, GROUPED: 8 },

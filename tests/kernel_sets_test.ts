@@ -1,0 +1,259 @@
+// Every registered kernel set, by name, against the f64 cpu arm on the same f32 bytes: outputs to
+// 2e-6 and gradients to 2e-5 (max|a−b|/max|b|), across ragged lengths at each chunk size, the
+// largest heads, strong gates, packed batches and grouped value heads; each set reruns
+// bit-identically, and the seam names the set that ran. Whatever the default rule picks, each
+// set keeps its own proof here.
+
+import assert from "node:assert/strict";
+import { type Float, kda, type KdaCotangents, type KdaInputs, kdaVjp } from "../mod.ts";
+import { kdaSeam } from "../kda/op/arms.ts";
+import type { ChunkSize } from "../kda/_types.ts";
+import { GRAD_NAMES } from "../kda/_types.ts";
+import { kernelSetNames } from "../kda/gpu/kernel_set.ts";
+import "../kda/gpu/kernels/mod.ts";
+import { mulberry32, randomKda, Worst } from "./_fixtures.ts";
+import { gpuTest, reportMissingGpu, withNaNPrefill } from "./_gpu.ts";
+
+reportMissingGpu("kernel_sets_test");
+
+const SETS = kernelSetNames();
+
+interface Case {
+  label: string;
+  B: number;
+  T: number;
+  H: number;
+  HV?: number;
+  K: number;
+  V: number;
+  chunkSize: ChunkSize;
+  gateMin: number;
+  h0: boolean;
+  dht: boolean;
+  lengths?: number[];
+  seed: number;
+}
+
+const CASES: Case[] = [
+  {
+    label: "ragged T=17",
+    B: 2,
+    T: 17,
+    H: 2,
+    K: 12,
+    V: 20,
+    chunkSize: 16,
+    gateMin: -1,
+    h0: true,
+    dht: false,
+    seed: 1,
+  },
+  {
+    label: "ragged T=100",
+    B: 2,
+    T: 100,
+    H: 2,
+    K: 12,
+    V: 20,
+    chunkSize: 32,
+    gateMin: -5,
+    h0: false,
+    dht: true,
+    seed: 2,
+  },
+  {
+    label: "T=130 C=64",
+    B: 1,
+    T: 130,
+    H: 2,
+    K: 32,
+    V: 32,
+    chunkSize: 64,
+    gateMin: -1,
+    h0: true,
+    dht: true,
+    seed: 3,
+  },
+  {
+    label: "K=V=256",
+    B: 1,
+    T: 70,
+    H: 1,
+    K: 256,
+    V: 256,
+    chunkSize: 64,
+    gateMin: -1,
+    h0: true,
+    dht: true,
+    seed: 4,
+  },
+  {
+    label: "strong gates",
+    B: 1,
+    T: 90,
+    H: 2,
+    K: 16,
+    V: 24,
+    chunkSize: 64,
+    gateMin: -40,
+    h0: true,
+    dht: true,
+    seed: 5,
+  },
+  {
+    label: "packed",
+    B: 1,
+    T: 0,
+    H: 2,
+    K: 16,
+    V: 12,
+    chunkSize: 32,
+    gateMin: -3,
+    h0: true,
+    dht: true,
+    lengths: [5, 70, 1, 33],
+    seed: 6,
+  },
+  {
+    label: "grouped heads",
+    B: 2,
+    T: 40,
+    H: 2,
+    HV: 4,
+    K: 16,
+    V: 8,
+    chunkSize: 16,
+    gateMin: -2,
+    h0: true,
+    dht: true,
+    seed: 7,
+  },
+  {
+    label: "grouped heads, packed",
+    B: 1,
+    T: 0,
+    H: 1,
+    HV: 3,
+    K: 8,
+    V: 16,
+    chunkSize: 16,
+    gateMin: -2,
+    h0: true,
+    dht: true,
+    lengths: [17, 3, 40],
+    seed: 8,
+  },
+];
+
+function like(f32: boolean, n: number, seed: number): Float {
+  const rand = mulberry32(seed);
+  const a = f32 ? new Float32Array(n) : new Float64Array(n);
+  for (let i = 0; i < n; i++) a[i] = rand() * 2 - 1;
+  return a;
+}
+
+/** The case's inputs and cotangents in f32, and the same bytes widened to f64. */
+function draw(c: Case) {
+  const T = c.lengths ? c.lengths.reduce((a, b) => a + b, 0) : c.T;
+  const HV = c.HV ?? c.H;
+  const N = c.lengths ? c.lengths.length : c.B;
+  const base = randomKda({ B: c.B, T, H: HV, K: c.K, V: c.V }, c.seed, {
+    gateMin: c.gateMin,
+    withH0: false,
+    dtype: "f32",
+  });
+  // q and k have H heads: the first H of the draw's HV
+  const heads = (a: Float) => {
+    if (HV === c.H) return a;
+    const out = new Float32Array(c.B * T * c.H * c.K);
+    for (let row = 0; row < c.B * T; row++) {
+      out.set(a.subarray(row * HV * c.K, (row * HV + c.H) * c.K), row * c.H * c.K);
+    }
+    return out;
+  };
+  const x32: KdaInputs = {
+    B: c.B,
+    T,
+    H: c.H,
+    K: c.K,
+    V: c.V,
+    q: heads(base.q),
+    k: heads(base.k),
+    v: base.v,
+    g: base.g,
+    beta: base.beta,
+    ...(c.HV !== undefined ? { HV: c.HV } : {}),
+    ...(c.h0 ? { h0: like(true, N * HV * c.K * c.V, c.seed + 10) } : {}),
+    ...(c.lengths
+      ? {
+        cuSeqlens: Int32Array.from([
+          0,
+          ...c.lengths.map((_, i) => c.lengths!.slice(0, i + 1).reduce((a, b) => a + b, 0)),
+        ]),
+      }
+      : {}),
+  };
+  const ct32: KdaCotangents = {
+    dout: like(true, c.B * T * HV * c.V, c.seed + 11),
+    ...(c.dht ? { dht: like(true, N * HV * c.K * c.V, c.seed + 12) } : {}),
+  };
+  const wide = <T extends object>(o: T): T =>
+    Object.fromEntries(
+      Object.entries(o).map(([k, v]) => [k, v instanceof Float32Array ? Float64Array.from(v) : v]),
+    ) as T;
+  return { x32, ct32, x64: wide(x32), ct64: wide(ct32) };
+}
+
+async function onSet(set: string, c: Case) {
+  const { x32, ct32 } = draw(c);
+  const options = { arm: "gpu" as const, chunkSize: c.chunkSize, kernels: set, strict: true };
+  return await withNaNPrefill(async () => {
+    const out = await kda(x32, options);
+    const grads = await kdaVjp(x32, ct32, options);
+    return { out, grads };
+  });
+}
+
+for (const set of SETS) {
+  gpuTest(
+    `kernel set ${set}: outputs and gradients match the f64 cpu arm on every case`,
+    async () => {
+      const worst = new Worst();
+      for (const c of CASES) {
+        const { x64, ct64 } = draw(c);
+        const ref = await kda(x64, { arm: "cpu", chunkSize: 16, strict: true });
+        const refGrads = await kdaVjp(x64, ct64, { arm: "cpu", chunkSize: 16, strict: true });
+        const { out, grads } = await onSet(set, c);
+        worst.check(`${set} ${c.label} o`, out.o, ref.o, 2e-6);
+        worst.check(`${set} ${c.label} ht`, out.ht, ref.ht, 2e-6);
+        for (const name of GRAD_NAMES) {
+          if (name === "dh0" && !c.h0) continue;
+          worst.check(`${set} ${c.label} ${name}`, grads[name]!, refGrads[name]!, 2e-5);
+        }
+      }
+      worst.report(`kernel set ${set}`);
+    },
+  );
+
+  gpuTest(`kernel set ${set}: reruns are bit-identical and the seam names the set`, async () => {
+    const before = kdaSeam.counts().variants?.[`gpu:${set}`] ?? 0;
+    for (const c of [CASES[2], CASES[5], CASES[6]]) {
+      const a = await onSet(set, c), b = await onSet(set, c);
+      const arrays = (r: typeof a) => [r.out.o, r.out.ht, ...GRAD_NAMES.map((n) => r.grads[n])];
+      const [xs, ys] = [arrays(a), arrays(b)];
+      xs.forEach((x, i) => {
+        if (x === undefined) return;
+        const u = new Uint32Array(x.buffer, x.byteOffset, x.length);
+        const w = new Uint32Array(ys[i]!.buffer, ys[i]!.byteOffset, ys[i]!.length);
+        for (let j = 0; j < u.length; j++) {
+          if (u[j] !== w[j]) {
+            throw new Error(`${set} ${c.label}: array ${i} differs at ${j} between runs`);
+          }
+        }
+      });
+    }
+    const after = kdaSeam.counts().variants?.[`gpu:${set}`] ?? 0;
+    // three cases, two runs, a forward and a vjp each
+    assert.equal(after - before, 12, `gpu:${set} counted ${after - before} calls`);
+  });
+}
