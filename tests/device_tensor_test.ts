@@ -285,11 +285,18 @@ gpuTest("toGpuInputs() carries grouped value heads and packed batches to the dev
 });
 
 gpuTest(
-  "with the buffer pool on, calls give the same bits, keep at most maxBytes and free it all when turned off",
+  "the buffer pool is on by default within four maxBufferSize; its calls give the bits of calls " +
+    "without it, keep at most the bound, leak nothing, and turning it off frees it all",
   async () => {
     const { x, device, release } = await uploaded({ B: 1, T: 40, H: 2, K: 8, V: 8 }, 31, true);
+    const status = gpuPool();
+    const { maxBufferSize } = (await gpuDevice()).limits;
+    assert.equal(status.isDefault, true, "the pool's bound is not the default");
+    assert.equal(status.maxBytes, 4 * maxBufferSize);
     const options = { arm: "gpu", strict: true, chunkSize: 16 } as const;
     const dout = Float32Array.from({ length: 40 * 2 * 8 }, (_, i) => Math.cos(i));
+    // the reference: the same calls with no pool at all
+    assert.equal(gpuPool({ maxBytes: 0 }).pooledBuffers, 0);
     const off = { fwd: await kda(x, options), grads: await kdaVjp(x, { dout }, options) };
     const onDevice = await (async () => {
       const { o, ht } = await kda(device, options);
@@ -301,7 +308,7 @@ gpuTest(
     await gpuSettled();
     const live = gpuLiveBuffers();
     try {
-      assert.equal(gpuPool({ maxBytes: 64 * 2 ** 20 }).pooledBuffers, 0);
+      assert.equal(gpuPool({ maxBytes: null }).isDefault, true);
       for (let round = 0; round < 3; round++) {
         const fwd = await kda(x, options);
         const grads = await kdaVjp(x, { dout }, options);
@@ -316,8 +323,8 @@ gpuTest(
         const pool = gpuPool();
         assert.ok(pool.pooledBuffers > 0, "nothing was pooled");
         assert.ok(pool.pooledBytes <= pool.maxBytes);
-        // every live buffer beyond the start is in the pool: nothing leaks
-        assert.equal(gpuLiveBuffers() - pool.pooledBuffers, live);
+        // the pool's buffers are not live: every other one is gone, so nothing leaks
+        assert.equal(gpuLiveBuffers(), live, "a buffer outside the pool outlived its call");
       }
       const small = gpuPool({ maxBytes: 4096 });
       assert.ok(
@@ -327,6 +334,7 @@ gpuTest(
     } finally {
       gpuPool({ maxBytes: 0 });
       release();
+      gpuPool({ maxBytes: null });
     }
     assert.equal(gpuPool().pooledBuffers, 0);
     await gpuSettled();
@@ -338,13 +346,63 @@ gpuTest(
   },
 );
 
+gpuTest(
+  "a DeviceTensor released while a pending call still reads it reaches no new upload before " +
+    "that call has read it (released 0 to 24 microtasks after the call)",
+  async () => {
+    const dims = { B: 1, T: 40, H: 2, K: 8, V: 8 };
+    const { x, device, release } = await uploaded(dims, 41, true);
+    const options = { arm: "gpu", strict: true, chunkSize: 16 } as const;
+    const qShape = [1, 40, 2, 8];
+    const dout = Float32Array.from({ length: 40 * 2 * 8 }, (_, i) => Math.sin(i));
+    const want = await kda(x, options);
+    const wantGrads = await kdaVjp(x, { dout }, options);
+    const garbage = new Float32Array(40 * 2 * 8).fill(3);
+    try {
+      for (let delay = 0; delay <= 24; delay++) {
+        for (const vjp of [false, true]) {
+          const q = await toGpu(x.q as Float32Array, qShape);
+          const doutOnDevice = await toGpu(dout, qShape);
+          const inputs = { ...device, q };
+          const pending = vjp
+            ? kdaVjp(inputs, { dout: doutOnDevice }, options)
+            : kda(inputs, options);
+          for (let i = 0; i < delay; i++) await Promise.resolve();
+          q.release();
+          doutOnDevice.release();
+          // same size: with the pool on, the upload would take a buffer just released
+          const other = await toGpu(garbage, qShape);
+          const other2 = await toGpu(garbage, qShape);
+          const out = await pending;
+          try {
+            if ("o" in out) {
+              assert.ok(bitsEqual(await out.o.read(), want.o), `o differs (delay ${delay})`);
+            } else {
+              for (const n of GRADS) {
+                assert.ok(
+                  bitsEqual(await out[n].read(), wantGrads[n]),
+                  `${n} differs (delay ${delay})`,
+                );
+              }
+            }
+          } finally {
+            releaseTensors(out, other, other2);
+          }
+        }
+      }
+    } finally {
+      release();
+    }
+  },
+);
+
 Deno.test("gpuPool() refuses a maxBytes that is not a non-negative integer, by name", () => {
   for (const bad of [-1, 1.5, NaN, "1" as unknown as number]) {
     assert.throws(
       () => gpuPool({ maxBytes: bad }),
       (e: Error) =>
         e instanceof RangeError &&
-        /^options\.maxBytes must be a non-negative integer: got/.test(e.message),
+        /^options\.maxBytes must be a non-negative integer or null: got/.test(e.message),
     );
   }
 });

@@ -22,9 +22,10 @@ export function gpuCreatedBytes(): number {
 }
 
 /**
- * The number of GPU buffers the gpu arm has created and not yet destroyed (for leak tests).
+ * The number of GPU buffers the gpu arm has created and not yet destroyed, less those the buffer
+ * pool keeps (for leak tests: `gpuPool().pooledBuffers` counts those).
  *
- * @returns The live buffer count, including each device's one long-lived placeholder buffer.
+ * @returns The live buffer count, including each device's two long-lived placeholder buffers.
  *
  * @example
  * ```ts
@@ -86,11 +87,18 @@ export function destroyBuffer(buffer: GPUBuffer): void {
 // ---- the buffer pool ----
 //
 // A call creates its buffers and frees them when it ends; at (8, 4096, 16, 128) a kdaVjp creates
-// 8.4 GB, and creating them (about 175 ms on the host) and clearing them on first use (on the GPU)
-// cost more than the kernels. With a pool, what a call frees is kept, up to `maxBytes`, and the
-// next call of the same sizes takes it back. Off by default: holding gigabytes between calls is
-// the caller's decision. Reuse is safe because the kernels never read what they did not write
-// (the prefillNaN tests hold them to it) and one queue orders every call's work.
+// gigabytes, and creating them (about 175 ms on the host) and clearing them on first use (on the
+// GPU) cost more than the kernels. With the pool, what a call frees is kept, up to a bound, and the
+// next call of the same sizes takes it back. It is on by default, bounded by four times the
+// device's maxBufferSize (docs/kda.md 3.3: 16 GiB on the H200, a little over a tenth of its
+// memory); `gpuPool({ maxBytes })` sets another bound, 0 turns it off and frees what it holds, and
+// a lost device's buffers leave it. Reuse is safe because the kernels never read what they did
+// not write (the prefillNaN tests hold them to it), one queue orders every call's work, and a
+// DeviceTensor a pending call still reads returns to the pool only once that call has submitted
+// (pinTensors).
+
+/** The default bound of the pool, as a multiple of the device's maxBufferSize. */
+export const POOL_BUFFER_SIZES = 4;
 
 interface Pooled {
   device: GPUDevice;
@@ -100,44 +108,82 @@ interface Pooled {
 }
 
 const pool: Pooled[] = [];
-let poolMaxBytes = 0;
+/** The caller's bound (gpuPool), or null for the default of the device. */
+let chosenMaxBytes: number | null = null;
+/** The default bound of the current device (POOL_BUFFER_SIZES x maxBufferSize), once one exists. */
+let defaultMaxBytes = 0;
 let pooledBytes = 0;
+
+/** The bound in force. */
+function poolMaxBytes(): number {
+  return chosenMaxBytes ?? defaultMaxBytes;
+}
+
+/**
+ * Sets the pool's default bound from a new device's limits (called when a device is created).
+ *
+ * @param limits The device's limits.
+ * @example
+ * ```ts
+ * import { getContext } from "./device.ts";
+ * setPoolDefault((await getContext()).device.limits);
+ * ```
+ */
+export function setPoolDefault(limits: { maxBufferSize: number }): void {
+  defaultMaxBytes = POOL_BUFFER_SIZES * limits.maxBufferSize;
+  trimPool(() => pooledBytes > poolMaxBytes());
+}
 
 /** What the pool holds and may hold. */
 export interface GpuPoolStatus {
   /** The most bytes it keeps (0: off). */
   maxBytes: number;
+  /** Whether that bound is the default (POOL_BUFFER_SIZES x the device's maxBufferSize). */
+  isDefault: boolean;
   /** Bytes it keeps now. */
   pooledBytes: number;
-  /** Buffers it keeps now (they count in gpuLiveBuffers). */
+  /** Buffers it keeps now (they do not count in gpuLiveBuffers). */
   pooledBuffers: number;
 }
 
 /**
- * Turns the gpu arm's buffer pool on (`maxBytes` > 0) or off (0, which frees what it holds), and
- * says what it holds. Keep it on for a loop of calls of one shape (a training loop): each call
- * then reuses the previous one's buffers instead of creating and clearing them.
+ * Sets the gpu arm's buffer pool's bound and says what it holds. The pool is on by default,
+ * bounded by four times the device's maxBufferSize; each call of a loop of one shape (a training
+ * loop) then reuses the previous one's buffers instead of creating and clearing them. A bound of 0
+ * turns it off and frees what it holds; `maxBytes: null` restores the default.
  *
- * @param options `maxBytes`: the most bytes kept between calls (default: unchanged).
+ * @param options `maxBytes`: the most bytes kept between calls, or null for the default
+ *   (absent: unchanged).
  * @returns The pool's status after the change.
  * @example
  * ```ts
  * import { gpuPool } from "@deltanet/kda";
- * gpuPool({ maxBytes: 16 * 2 ** 30 }); // keep up to 16 GiB between calls
- * // ... a training loop ...
- * gpuPool({ maxBytes: 0 }); // free it
+ * gpuPool({ maxBytes: 2 ** 30 }); // keep at most 1 GiB between calls
+ * const off = gpuPool({ maxBytes: 0 }); // free it and keep nothing
+ * console.log(off.pooledBytes === 0 && off.maxBytes === 0); // true
+ * gpuPool({ maxBytes: null }); // the default again
  * ```
  */
-export function gpuPool(options: { maxBytes?: number } = {}): GpuPoolStatus {
+export function gpuPool(options: { maxBytes?: number | null } = {}): GpuPoolStatus {
   const { maxBytes } = options;
   if (maxBytes !== undefined) {
-    if (typeof maxBytes !== "number" || !Number.isSafeInteger(maxBytes) || maxBytes < 0) {
-      throw new RangeError(`options.maxBytes must be a non-negative integer: got ${maxBytes}`);
+    if (
+      maxBytes !== null &&
+      (typeof maxBytes !== "number" || !Number.isSafeInteger(maxBytes) || maxBytes < 0)
+    ) {
+      throw new RangeError(
+        `options.maxBytes must be a non-negative integer or null: got ${maxBytes}`,
+      );
     }
-    poolMaxBytes = maxBytes;
-    trimPool(() => pooledBytes > poolMaxBytes);
+    chosenMaxBytes = maxBytes;
+    trimPool(() => pooledBytes > poolMaxBytes());
   }
-  return { maxBytes: poolMaxBytes, pooledBytes, pooledBuffers: pool.length };
+  return {
+    maxBytes: poolMaxBytes(),
+    isDefault: chosenMaxBytes === null,
+    pooledBytes,
+    pooledBuffers: pool.length,
+  };
 }
 
 /** Destroys pooled buffers, oldest first, while `more()` holds (once the GPU is done with them). */
@@ -145,6 +191,7 @@ function trimPool(more: () => boolean): void {
   while (pool.length > 0 && more()) {
     const { device, buffer, bytes } = pool.shift()!;
     pooledBytes -= bytes;
+    live++; // back among the live buffers until destroyed
     destroyWhenIdle(device, buffer);
   }
 }
@@ -197,6 +244,7 @@ export function dropPooled(device: GPUDevice): void {
   for (let i = pool.length - 1; i >= 0; i--) {
     if (pool[i].device !== device) continue;
     pooledBytes -= pool[i].bytes;
+    live++;
     destroyBuffer(pool[i].buffer);
     pool.splice(i, 1);
   }
@@ -213,6 +261,7 @@ function acquire(device: GPUDevice, label: string, bytes: number, usage: number)
   if (i < 0) return createBuffer(device, label, size, usage);
   const [{ buffer }] = pool.splice(i, 1);
   pooledBytes -= size;
+  live++;
   return buffer;
 }
 
@@ -232,14 +281,15 @@ function acquire(device: GPUDevice, label: string, bytes: number, usage: number)
  */
 export function recycleBuffer(device: GPUDevice, buffer: GPUBuffer, whenIdle = false): void {
   const bytes = buffer.size;
-  if (poolMaxBytes === 0 || bytes > poolMaxBytes) {
+  if (bytes > poolMaxBytes()) {
     if (whenIdle) destroyWhenIdle(device, buffer);
     else destroyBuffer(buffer);
     return;
   }
   pool.push({ device, buffer, bytes, usage: buffer.usage });
   pooledBytes += bytes;
-  trimPool(() => pooledBytes > poolMaxBytes);
+  live--; // the pool's, not a call's
+  trimPool(() => pooledBytes > poolMaxBytes());
 }
 
 /** Storage usage of every kernel buffer (writable from the queue, copyable out). */

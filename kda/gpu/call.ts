@@ -16,7 +16,7 @@ import {
   type JobArrays,
   type SavedState,
 } from "./job.ts";
-import { DeviceTensor, type GpuTensor, isGpuTensor } from "./tensor.ts";
+import { DeviceTensor, type GpuTensor, isGpuTensor, pinTensors } from "./tensor.ts";
 import { type Glue, glueOf } from "./glue.ts";
 import type { ExtraPass, ReadPiece } from "./encode.ts";
 import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
@@ -75,12 +75,15 @@ function layoutFor(
 /** What a forward keeps for its backward: the set's saved state and the call's layout. */
 class SavedCall implements GpuSaved {
   #offsets: BufferSet;
+  #unpin: () => void;
   constructor(
     readonly state: SavedState,
     readonly layout: Layout,
     offsets: BufferSet,
+    unpin: () => void,
   ) {
     this.#offsets = offsets;
+    this.#unpin = unpin;
   }
 
   get released(): boolean {
@@ -91,6 +94,7 @@ class SavedCall implements GpuSaved {
     if (this.state.released) return;
     this.state.release(whenIdle);
     this.#offsets.destroyAll(whenIdle);
+    this.#unpin();
   }
 }
 
@@ -415,7 +419,44 @@ export async function gpuForward<A extends GpuArray>(
   x: KdaProblem<A>,
   options: { chunkSize: ChunkSize; kernels?: string; saveForBackward?: boolean; outputs?: boolean },
 ): Promise<{ o: GpuResult<A>; ht: GpuResult<A>; saved?: GpuSaved }> {
+  // before the first await: the buffers the call computes on are those it was given, and the
+  // caller's DeviceTensors stay the call's until its work is queued, whatever the caller releases
   const set = setOf(options.kernels);
+  const unpinCall = pinTensors([x]);
+  // a set that reads the inputs again in the backward holds them until the handle is released
+  const unpinSaved = options.saveForBackward === true && bindsSavedInputs(set)
+    ? pinTensors([x])
+    : () => {};
+  let handed = false;
+  try {
+    const result = await forward(set, heldArrays(x), options, unpinSaved);
+    handed = true;
+    return result;
+  } finally {
+    unpinCall();
+    if (!handed) unpinSaved();
+  }
+}
+
+/** The problem with each live DeviceTensor replaced by a plain view of its buffer. */
+function heldArrays<A extends GpuArray>(x: KdaProblem<A>): KdaProblem<A> {
+  if (typeof x !== "object" || x === null) return x;
+  const out = { ...x } as Record<string, unknown>;
+  for (const name of ["q", "k", "v", "g", "beta", "h0"]) {
+    const a = out[name];
+    if (a instanceof DeviceTensor && !a.released) {
+      out[name] = { buffer: a.buffer, shape: [...a.shape], dtype: "f32" };
+    }
+  }
+  return out as unknown as KdaProblem<A>;
+}
+
+async function forward<A extends GpuArray>(
+  set: KernelSet,
+  x: KdaProblem<A>,
+  options: { chunkSize: ChunkSize; saveForBackward?: boolean; outputs?: boolean },
+  unpinSaved: () => void,
+): Promise<{ o: GpuResult<A>; ht: GpuResult<A>; saved?: GpuSaved }> {
   const ctx = await getContext();
   const problem = callProblem(ctx, set, x, options.chunkSize);
   if (problem !== null) throw new RangeError(problem);
@@ -484,7 +525,9 @@ export async function gpuForward<A extends GpuArray>(
         after: made.output.passes,
         reads: device ? [] : readsOf([results.o, results.ht]),
       });
-      if (save) saved = new SavedCall(job.takeSaved(), layout, kept);
+      // a set that reads the inputs again in the backward keeps the DeviceTensors among them
+      // until the handle is released
+      if (save) saved = new SavedCall(job.takeSaved(), layout, kept, unpinSaved);
       const [o, ht] = device ? [results.o, results.ht] : [arrays[0], arrays[1]];
       return { o: o as GpuResult<A>, ht: ht as GpuResult<A>, ...(saved ? { saved } : {}) };
     } finally {
@@ -538,6 +581,31 @@ export async function gpuBackward<A extends GpuArray>(
   if (!(saved instanceof SavedCall)) {
     throw new TypeError("saved must be the handle returned by gpuForward: got another object");
   }
+  const unpinCall = pinTensors([cotangents]);
+  try {
+    return await backward(saved, heldCotangents(cotangents));
+  } finally {
+    unpinCall();
+  }
+}
+
+/** The cotangents with each live DeviceTensor replaced by a plain view of its buffer. */
+function heldCotangents<A extends GpuArray>(c: { dout: A; dht?: A }): { dout: A; dht?: A } {
+  if (typeof c !== "object" || c === null) return c;
+  const view = (a: unknown) =>
+    a instanceof DeviceTensor && !a.released
+      ? { buffer: a.buffer, shape: [...a.shape], dtype: "f32" as const }
+      : a;
+  return { ...c, dout: view(c.dout), ...(c.dht !== undefined ? { dht: view(c.dht) } : {}) } as {
+    dout: A;
+    dht?: A;
+  };
+}
+
+async function backward<A extends GpuArray>(
+  saved: SavedCall,
+  cotangents: { dout: A; dht?: A },
+): Promise<KdaGrads<GpuResult<A>>> {
   const { layout } = saved;
   const { B, T, H, HV, K, V, N } = layout;
   const device = isGpuTensor(cotangents?.dout);

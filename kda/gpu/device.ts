@@ -4,7 +4,7 @@
 // is compiled on its first use on a device and cached there.
 
 import { RANGE_BYTES, wgslHeader } from "./layout.ts";
-import { createBuffer, destroyBuffer, dropPooled } from "./buffers.ts";
+import { createBuffer, destroyBuffer, dropPooled, setPoolDefault } from "./buffers.ts";
 import { wgslAccessors } from "./accessors.ts";
 import type { KernelSet, StageDecl } from "./kernel_set.ts";
 import { gpuDebug } from "./_debug.ts";
@@ -148,6 +148,7 @@ export class GpuContext {
         buffer: { type: "uniform", hasDynamicOffset: true, minBindingSize: RANGE_BYTES },
       }],
     });
+    setPoolDefault(device.limits);
     this.placeholder = createBuffer(device, "placeholder", 16, GPUBufferUsage.STORAGE);
     this.readPlaceholder = createBuffer(device, "read placeholder", 16, GPUBufferUsage.STORAGE);
     device.lost.then((lost) => {

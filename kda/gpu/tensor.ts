@@ -92,6 +92,10 @@ export class DeviceTensor implements GpuTensor {
   readonly dtype = "f32" as const;
   #buffer: GPUBuffer | null;
   #ctx: GpuContext;
+  /** Calls that have checked this tensor and not yet submitted their work (pinTensors). */
+  #pins = 0;
+  /** The buffer of a tensor released while pinned, given back when the last pin ends. */
+  #parked: GPUBuffer | null = null;
 
   /**
    * Wraps a counted buffer (from the package's pool or createBuffer) that this tensor now owns.
@@ -168,13 +172,66 @@ export class DeviceTensor implements GpuTensor {
 
   /**
    * Frees the buffer once the GPU work queued on it is done (`gpuSettled` waits for that), or
-   * gives it to the buffer pool when that is on (`gpuPool`); a second call does nothing.
+   * gives it to the buffer pool (`gpuPool`); a second call does nothing. A call that took this
+   * tensor and has not yet queued its work keeps the buffer until it has: the tensor reads as
+   * released at once, and no upload can be handed its buffer before that call has read it.
    */
   release(): void {
     if (this.#buffer === null) return;
-    recycleBuffer(this.#ctx.device, this.#buffer, true);
+    if (this.#pins > 0) this.#parked = this.#buffer;
+    else recycleBuffer(this.#ctx.device, this.#buffer, true);
     this.#buffer = null;
   }
+
+  /** Holds the buffer for a call until the returned function runs (see pinTensors). */
+  pin(): () => void {
+    this.#pins++;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      this.#pins--;
+      if (this.#pins === 0 && this.#parked !== null) {
+        recycleBuffer(this.#ctx.device, this.#parked, true);
+        this.#parked = null;
+      }
+    };
+  }
+}
+
+/**
+ * Pins every unreleased DeviceTensor among the values (and among the values of each plain object
+ * given) for a call: a release() meanwhile hands its buffer back only when the call unpins, after
+ * it has queued the work that reads it. Call it before the call's first await.
+ *
+ * @param values Tensors, or objects holding them (a call's inputs).
+ * @returns The unpin, to run once the call's work is queued (or the call has failed); running it
+ *   again does nothing.
+ * @example
+ * ```ts
+ * import { toGpu } from "@deltanet/kda";
+ * const t = await toGpu(new Float32Array(4), [4]);
+ * const unpin = pinTensors([t]);
+ * t.release(); // reads as released; its buffer waits for the unpin
+ * unpin();
+ * ```
+ */
+export function pinTensors(values: readonly unknown[]): () => void {
+  const unpins: (() => void)[] = [];
+  const visit = (value: unknown) => {
+    if (value instanceof DeviceTensor) {
+      if (!value.released) unpins.push(value.pin());
+    }
+  };
+  for (const value of values) {
+    if (value instanceof DeviceTensor) visit(value);
+    else if (typeof value === "object" && value !== null && !isGpuTensor(value)) {
+      for (const inner of Object.values(value)) visit(inner);
+    }
+  }
+  return () => {
+    for (const unpin of unpins) unpin();
+  };
 }
 
 /**

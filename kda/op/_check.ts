@@ -158,7 +158,8 @@ function checkGpuTensor(
         `${value.buffer.usage}`,
     );
   }
-  return value;
+  // the buffer checked is the one computed on, whatever the tensor object does later
+  return { buffer: value.buffer, shape: [...shape], dtype: "f32" };
 }
 
 /** How a call's arrays are checked: host arrays of a dtype, or GpuTensors. */

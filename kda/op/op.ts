@@ -27,7 +27,7 @@ import {
 import { checkObject } from "../../base/check.ts";
 import { isHalf, narrowHalf, widenHalf } from "./_half.ts";
 import { DEFAULT_CHUNK_SIZES, type KdaRequest, kdaSeam, runKda } from "./arms.ts";
-import type { DeviceTensor, GpuTensor } from "../gpu/tensor.ts";
+import { type DeviceTensor, type GpuTensor, pinTensors } from "../gpu/tensor.ts";
 import { chooseKernels, gpuBackward, gpuForward } from "../gpu/mod.ts";
 
 export { DEFAULT_CHUNK_SIZES };
@@ -109,21 +109,26 @@ function seamOptions({ arm, strict, quiet }: CheckedOptions) {
 
 /**
  * Runs a call on GpuTensors on the gpu arm, through the seam, which counts it like every call and
- * refuses a wish for another arm (the data is pinned to the gpu arm's device).
+ * refuses a wish for another arm (the data is pinned to the gpu arm's device). The checked problem
+ * holds the buffers that passed; the caller's DeviceTensors (`caller`) are held for the call from
+ * here, before its first await, so that one the caller releases meanwhile is handed to no other
+ * upload before this call has read it.
  */
 function onGpu<T>(
   problem: KdaProblem<GpuTensor>,
   options: CheckedOptions,
   backward: boolean,
   run: (chunkSize: ChunkSize, kernels: string) => Promise<T>,
+  caller: readonly unknown[],
 ): Promise<T> {
+  const unpin = pinTensors(caller);
   const request = requestOf(problem, options);
   const C = options.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu;
   return kdaSeam.runOnDevice(
     request,
     { arm: "gpu", dtype: "f32", backward, run: () => run(C, chooseKernels(request.kernels).name) },
     seamOptions(options),
-  );
+  ).finally(unpin);
 }
 
 function tensorsOf(problem: KdaProblem<Float>, wrap: (data: Float, shape: number[]) => Tensor) {
@@ -179,6 +184,7 @@ export async function kda<F extends PublicFloat | GpuTensor>(
       opts,
       false,
       (chunkSize, kernels) => gpuForward(problem, { chunkSize, kernels }),
+      [inputs],
     );
     return { o: out.o, ht: out.ht } as KdaOutputs<ResultArray<F>>;
   }
@@ -228,7 +234,8 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   if (checked.device) {
     const problem = checked.problem;
     const cot = checkKdaCotangents(cotangents, { ...checked, problem });
-    return await onGpu(problem, checkKdaOptions(options), true, async (chunkSize, kernels) => {
+    const opts = checkKdaOptions(options);
+    return await onGpu(problem, opts, true, async (chunkSize, kernels) => {
       const { saved } = await gpuForward(problem, {
         chunkSize,
         kernels,
@@ -241,7 +248,7 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
         // the backward was only submitted: its buffers go once the queue is done with them
         saved!.release(true);
       }
-    }) as KdaGrads<ResultArray<F>>;
+    }, [inputs, cotangents]) as KdaGrads<ResultArray<F>>;
   }
   const { problem, dtype } = checked;
   const { dout, dht } = checkKdaCotangents(
