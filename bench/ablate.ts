@@ -57,7 +57,7 @@ async function timeOnce(
   { x, dout }: ReturnType<typeof problem>,
   C: ChunkSize,
   runs: number,
-): Promise<number[]> {
+): Promise<{ names: string[]; ms: number[] }> {
   // the first runs only fill what the backward reads (nothing is read back: a 1 GB readback
   // takes seconds); then the steady state: the stages `runs` times back to back in one submit, median per stage; run
   // twice, keep the last
@@ -72,12 +72,14 @@ async function timeOnce(
     async (bjob, fjob) => {
       await bjob.run(once);
       let ms: number[] = [];
+      let names: string[] = [];
       for (let i = 0; i < 2; i++) {
-        const f = (await fjob.run(steady)).stageNs ?? [];
-        const b = (await bjob.run(steady)).stageNs ?? [];
-        ms = [...f, ...b].map((ns) => ns / 1e6);
+        const f = await fjob.run(steady), b = await bjob.run(steady);
+        ms = [...(f.stageNs ?? []), ...(b.stageNs ?? [])].map((ns) => ns / 1e6);
+        // the stages that ran (a stage a call does not need is skipped)
+        names = [...(f.stages ?? []), ...(b.stages ?? [])];
       }
-      return ms;
+      return { names, ms };
     },
   );
   return last;
@@ -101,7 +103,7 @@ async function main(): Promise<void> {
       throw new RangeError(`--sections must name sections of ${SECTIONS.join(", ")}: got ${name}`);
     }
   }
-  const stages = [...set.forward.stages, ...(set.backward?.stages ?? [])].map((s) => s.entry);
+  let stages: string[] = [];
   const rows: Record<string, unknown>[] = [];
   let full: number[] = [];
   for (const section of ["(none)", ...(only ?? SECTIONS)]) {
@@ -109,8 +111,8 @@ async function main(): Promise<void> {
       ? null
       : (code, name) => name === set.name ? ablate(code, section) : code;
     destroyDeviceForTests();
-    const ms = await timeOnce(set, timed, C as ChunkSize, runs);
-    if (section === "(none)") full = ms;
+    const { names, ms } = await timeOnce(set, timed, C as ChunkSize, runs);
+    if (section === "(none)") full = ms, stages = names;
     const saved = ms.map((m, i) => full[i] - m);
     rows.push({ section, ms, savedMs: saved });
     console.log(

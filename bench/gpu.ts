@@ -30,7 +30,7 @@ import type { KernelSet } from "../kda/gpu/kernel_set.ts";
 import { makePlan } from "../kda/gpu/layout.ts";
 import { withGpuJobs } from "./_run.ts";
 import { kda, kdaVjp } from "../kda/op/op.ts";
-import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
+import { gpuDevice, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { gpuCreatedBytes, gpuPool } from "../kda/gpu/buffers.ts";
 import { toGpuInputs } from "../kda/op/device_inputs.ts";
 
@@ -220,7 +220,9 @@ async function onDeviceWall(
   dout: Float32Array,
   runs: number,
   budgetMs: number,
-): Promise<{ forward: number; forwardBackward: number; createdBytesPerVjp: number }> {
+): Promise<
+  { forward: number; forwardBackward: number; createdBytesPerVjp: number; coldBytesPerVjp: number }
+> {
   const { B, T, H, V } = s;
   const inputs = await toGpuInputs(x);
   const cotangent = await toGpu(dout, [B, T, H, V]);
@@ -239,12 +241,27 @@ async function onDeviceWall(
       releaseTensors(grads);
       return undefined;
     });
-    const before = gpuCreatedBytes();
-    const grads = await kdaVjp(inputs, { dout: cotangent }, options);
-    const createdBytesPerVjp = gpuCreatedBytes() - before;
-    await grads.dbeta.read();
-    releaseTensors(grads);
-    return { forward: forward.wallMs, forwardBackward: both.wallMs, createdBytesPerVjp };
+    const created = async () => {
+      const before = gpuCreatedBytes();
+      const grads = await kdaVjp(inputs, { dout: cotangent }, options);
+      const bytes = gpuCreatedBytes() - before;
+      await grads.dbeta.read();
+      releaseTensors(grads);
+      return bytes;
+    };
+    const createdBytesPerVjp = await created();
+    // with the pool emptied first: every buffer one kdaVjp needs, its gradients included (its
+    // footprint on the device beyond the inputs)
+    const bound = gpuPool().isDefault ? null : gpuPool().maxBytes;
+    gpuPool({ maxBytes: 0 });
+    gpuPool({ maxBytes: bound });
+    const coldBytesPerVjp = await created();
+    return {
+      forward: forward.wallMs,
+      forwardBackward: both.wallMs,
+      createdBytesPerVjp,
+      coldBytesPerVjp,
+    };
   } finally {
     releaseTensors(inputs, cotangent);
   }
@@ -307,7 +324,7 @@ async function benchShape(
     };
     const [[fwd, fwdSteady], [bwd, bwdSteady]] = await withGpuJobs(set, x, dout, C, time, time);
     const device = KERNELS_ONLY
-      ? { forward: NaN, forwardBackward: NaN, createdBytesPerVjp: NaN }
+      ? { forward: NaN, forwardBackward: NaN, createdBytesPerVjp: NaN, coldBytesPerVjp: NaN }
       : await onDeviceWall(s, kernels, x, dout, runs, budgetMs);
     const sum = (xs: number[] | null | undefined) => xs ? xs.reduce((a, b) => a + b, 0) : null;
     const steadyMs = [...(fwdSteady ?? []), ...(bwdSteady ?? [])].map((ns) => ns / 1e6);
@@ -395,6 +412,8 @@ async function main(): Promise<void> {
   );
   const poolArg = Deno.args.find((a) => a.startsWith("--pool="));
   if (poolArg !== undefined) gpuPool({ maxBytes: Number(poolArg.slice(7)) });
+  // the pool's default bound exists once the device does
+  await gpuDevice();
   const poolBytes = gpuPool().maxBytes;
   const groupsArg = Deno.args.find((a) => a.startsWith("--groups="));
   const groups = groupsArg ? groupsArg.slice(9).split(",") : null;
