@@ -20,6 +20,7 @@ import {
 } from "../mod.ts";
 import type { Arm, Float } from "../kda/_types.ts";
 import { gpuSyncs } from "../kda/gpu/tensor.ts";
+import { kernelSet, kernelSetNames } from "../kda/gpu/mod.ts";
 import { DeviceTensor } from "../kda/gpu/tensor.ts";
 import { bitsEqual, mulberry32, normal, Worst } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
@@ -27,6 +28,8 @@ import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 reportMissingGpu("op_options_test");
 
 const F32 = DTYPES.f32.bars!;
+/** The gpu arm's kernel sets that have a backward (the decode set has none). */
+const GPU_SETS = kernelSetNames().filter((n) => kernelSet(n).backward !== null);
 
 // ---- the reference: docs/kda.md 2.8, then 2.1, loop by loop in f64 ----
 
@@ -344,75 +347,77 @@ for (const c of CASES) {
     worst.report(`${c.name}, ops and cpu`);
   });
 
-  gpuTest(
-    `in-kernel options (${c.name}): the gpu arm agrees with the f64 reference and gradients to the f32 bars, with no host round trip`,
-    async () => {
-      const { x: x64, dout: dout64, dht: dht64 } = draw(c, 7 + c.T);
-      // same bytes: the f64 side runs on the f32-rounded values
-      const r32 = (a: Float64Array) => Float32Array.from(a);
-      const x: Arrays = Object.fromEntries(
-        Object.entries(x64).map(([k, a]) => [k, Float64Array.from(r32(a))]),
-      ) as Arrays;
-      const dout = Float64Array.from(r32(dout64));
-      const dht = dht64 === undefined ? undefined : Float64Array.from(r32(dht64));
-      const ref = reference(c, x);
-      const inputs32 = inputsOf(c, x, r32);
-      const cot32 = { dout: r32(dout), ...(dht ? { dht: r32(dht) } : {}) };
-      const options = { ...c.options, arm: "gpu" as const, strict: true };
-      const worst = new Worst();
-      const out = await kda(inputs32, options);
-      worst.check("gpu o", out.o, ref.o, F32.outputs);
-      if (c.options.outputFinalState !== false) {
-        worst.check("gpu ht", (out as { ht: Float }).ht, ref.ht, F32.outputs);
-      } else {
-        assert.equal((out as { ht?: unknown }).ht, undefined, "gpu: no ht");
-      }
-      const grads = await kdaVjp(inputs32, cot32, options) as unknown as Record<string, Float>;
-      const exact = await kdaVjp(
-        inputsOf(c, x, (a) => a),
-        { dout, ...(dht ? { dht } : {}) },
-        { ...c.options, arm: "cpu" },
-      ) as unknown as Record<string, Float>;
-      for (const [input, grad] of Object.entries(GRAD_OF)) {
-        if ((x as Record<string, Float64Array | undefined>)[input] === undefined) continue;
-        worst.check(`gpu ${grad}`, grads[grad], exact[grad], F32.gradients);
-      }
-      // The same call again gives the same bits (fixed-order reductions, daLog and ddtBias too).
-      const again = await kdaVjp(inputs32, cot32, options) as unknown as Record<string, Float>;
-      for (const name of Object.keys(grads)) {
-        assert.ok(bitsEqual(again[name], grads[name]), `gpu ${name} differs on a rerun`);
-      }
-      // On GpuTensors: the same bits, DeviceTensors back, no host sync until read.
-      const device = await toGpuInputs(inputs32, c.options);
-      const doutOnDevice = await toGpu(cot32.dout, [c.B, c.T, c.HV, c.V]);
-      const N = c.cu === undefined ? c.B : c.cu.length - 1;
-      const dhtOnDevice = cot32.dht === undefined
-        ? undefined
-        : await toGpu(cot32.dht, [N, c.HV, c.K, c.V]);
-      const before = gpuSyncs();
-      const dOut = await kda(device, options);
-      const dGrads = await kdaVjp(
-        device,
-        { dout: doutOnDevice, ...(dhtOnDevice ? { dht: dhtOnDevice } : {}) },
-        options,
-      ) as unknown as Record<string, DeviceTensor>;
-      try {
-        assert.equal(gpuSyncs() - before, 0, "a call on GpuTensors with options synced");
-        assert.ok(dOut.o instanceof DeviceTensor);
-        assert.ok(bitsEqual(await dOut.o.read(), out.o), "device o differs");
-        if (c.options.outputFinalState === false) {
-          assert.equal((dOut as { ht?: unknown }).ht, undefined, "device: no ht");
+  for (const kernels of GPU_SETS) {
+    gpuTest(
+      `in-kernel options (${c.name}): the gpu arm (kernels ${kernels}) agrees with the f64 reference and gradients to the f32 bars, with no host round trip`,
+      async () => {
+        const { x: x64, dout: dout64, dht: dht64 } = draw(c, 7 + c.T);
+        // same bytes: the f64 side runs on the f32-rounded values
+        const r32 = (a: Float64Array) => Float32Array.from(a);
+        const x: Arrays = Object.fromEntries(
+          Object.entries(x64).map(([k, a]) => [k, Float64Array.from(r32(a))]),
+        ) as Arrays;
+        const dout = Float64Array.from(r32(dout64));
+        const dht = dht64 === undefined ? undefined : Float64Array.from(r32(dht64));
+        const ref = reference(c, x);
+        const inputs32 = inputsOf(c, x, r32);
+        const cot32 = { dout: r32(dout), ...(dht ? { dht: r32(dht) } : {}) };
+        const options = { ...c.options, arm: "gpu" as const, strict: true, kernels };
+        const worst = new Worst();
+        const out = await kda(inputs32, options);
+        worst.check("gpu o", out.o, ref.o, F32.outputs);
+        if (c.options.outputFinalState !== false) {
+          worst.check("gpu ht", (out as { ht: Float }).ht, ref.ht, F32.outputs);
+        } else {
+          assert.equal((out as { ht?: unknown }).ht, undefined, "gpu: no ht");
         }
-        assert.deepEqual(Object.keys(dGrads).sort(), Object.keys(grads).sort());
+        const grads = await kdaVjp(inputs32, cot32, options) as unknown as Record<string, Float>;
+        const exact = await kdaVjp(
+          inputsOf(c, x, (a) => a),
+          { dout, ...(dht ? { dht } : {}) },
+          { ...c.options, arm: "cpu" },
+        ) as unknown as Record<string, Float>;
+        for (const [input, grad] of Object.entries(GRAD_OF)) {
+          if ((x as Record<string, Float64Array | undefined>)[input] === undefined) continue;
+          worst.check(`gpu ${grad}`, grads[grad], exact[grad], F32.gradients);
+        }
+        // The same call again gives the same bits (fixed-order reductions, daLog and ddtBias too).
+        const again = await kdaVjp(inputs32, cot32, options) as unknown as Record<string, Float>;
         for (const name of Object.keys(grads)) {
-          assert.ok(bitsEqual(await dGrads[name].read(), grads[name]), `device ${name} differs`);
+          assert.ok(bitsEqual(again[name], grads[name]), `gpu ${name} differs on a rerun`);
         }
-      } finally {
-        releaseTensors(dOut, dGrads, device, doutOnDevice, dhtOnDevice);
-      }
-      worst.report(`${c.name}, gpu`);
-    },
-  );
+        // On GpuTensors: the same bits, DeviceTensors back, no host sync until read.
+        const device = await toGpuInputs(inputs32, c.options);
+        const doutOnDevice = await toGpu(cot32.dout, [c.B, c.T, c.HV, c.V]);
+        const N = c.cu === undefined ? c.B : c.cu.length - 1;
+        const dhtOnDevice = cot32.dht === undefined
+          ? undefined
+          : await toGpu(cot32.dht, [N, c.HV, c.K, c.V]);
+        const before = gpuSyncs();
+        const dOut = await kda(device, options);
+        const dGrads = await kdaVjp(
+          device,
+          { dout: doutOnDevice, ...(dhtOnDevice ? { dht: dhtOnDevice } : {}) },
+          options,
+        ) as unknown as Record<string, DeviceTensor>;
+        try {
+          assert.equal(gpuSyncs() - before, 0, "a call on GpuTensors with options synced");
+          assert.ok(dOut.o instanceof DeviceTensor);
+          assert.ok(bitsEqual(await dOut.o.read(), out.o), "device o differs");
+          if (c.options.outputFinalState === false) {
+            assert.equal((dOut as { ht?: unknown }).ht, undefined, "device: no ht");
+          }
+          assert.deepEqual(Object.keys(dGrads).sort(), Object.keys(grads).sort());
+          for (const name of Object.keys(grads)) {
+            assert.ok(bitsEqual(await dGrads[name].read(), grads[name]), `device ${name} differs`);
+          }
+        } finally {
+          releaseTensors(dOut, dGrads, device, doutOnDevice, dhtOnDevice);
+        }
+        worst.report(`${c.name}, gpu, kernels ${kernels}`);
+      },
+    );
+  }
 }
 
 Deno.test("in-kernel options: bad values and combinations get named errors", async () => {

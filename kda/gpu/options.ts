@@ -255,6 +255,8 @@ export function inKernelForward(
   const { ctx } = p;
   const { B, T, H, HV, K, inKernel } = call;
   const rows = B * T;
+  // with a backward to follow, the op's own arrays live as long as the saved forward: a set may
+  // bind them directly as its saved inputs
   const home = save ? kept : scratch;
   const passes: ExtraPass[] = [];
   const view: JobArrays = { ...arrays };
@@ -295,7 +297,7 @@ export function inKernelForward(
     const aLog = param(call.aLog, "aLog", HV);
     const dtBias = param(call.dtBias, "dtBias", HV * K);
     const n = rows * HV * K;
-    const g = make(ctx, scratch, "in-kernel gate", n);
+    const g = make(ctx, home, "in-kernel gate", n);
     const z = save ? make(ctx, kept, "gate input z", n) : undefined;
     passes.push(
       p.pass(scratch, "gateFwd", { a: arrays.g!.buffer, b: aLog, c: dtBias, out0: g, out1: z }, {
@@ -311,7 +313,7 @@ export function inKernelForward(
   }
   if (inKernel.betaSigmoid !== 0) {
     const n = rows * HV;
-    const beta = make(ctx, scratch, "in-kernel beta", n);
+    const beta = make(ctx, home, "in-kernel beta", n);
     const raw = save ? make(ctx, kept, "beta logits", n) : undefined;
     passes.push(p.pass(scratch, "betaFwd", { a: arrays.beta!.buffer, out0: beta, out1: raw }, {
       n,
