@@ -243,7 +243,8 @@ const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
   name: "cpu",
   kind: "fused",
   dtypes: ["f64", "f32"],
-  whyNot: (request) => headDimProblem(request.K, request.V, "cpu"),
+  // The head-width limit is the chunked path's; a decode call runs recurrentForward, which has none.
+  whyNot: (request) => request.step === true ? null : headDimProblem(request.K, request.V, "cpu"),
   forward(request, inputs, save) {
     const raw = problemOf(request, inputs);
     const dtype = computeDtypeOf(raw.q);
