@@ -10,6 +10,8 @@ import {
   gpuSyncs,
   kda,
   type KdaInputs,
+  KdaModule,
+  type KdaModuleState,
   type KdaOptions,
   releaseTensors,
   resetSeamCounts,
@@ -93,16 +95,10 @@ function tokens(x: KdaInputs, t0: number, t1: number): KdaStepToken {
   };
 }
 
-/** Rows t0 .. t1 − 1 of each batch entry of a [B, T, width] output. */
-function outRows(
-  a: Float,
-  B: number,
-  T: number,
-  width: number,
-  t0: number,
-  t1: number,
-): Float64Array {
-  const out = new Float64Array(B * (t1 - t0) * width);
+/** Rows t0 .. t1 − 1 of each batch entry of a [B, T, width] array, of the array's type. */
+function outRows(a: Float, B: number, T: number, width: number, t0: number, t1: number): Float {
+  const n = B * (t1 - t0) * width;
+  const out = a instanceof Float32Array ? new Float32Array(n) : new Float64Array(n);
   for (let b = 0; b < B; b++) {
     out.set(a.subarray((b * T + t0) * width, (b * T + t1) * width), b * (t1 - t0) * width);
   }
@@ -399,5 +395,60 @@ gpuTest(
     } finally {
       releaseTensors(d);
     }
+  },
+);
+
+/** Decodes a layer's input in calls of the given token counts and checks them against forward(). */
+async function layerStepsEqualForward(arm: Arm, f32: boolean, tol: number) {
+  const config = { dModel: 16, heads: 2, keyDim: 4, valueDim: 4, decayRank: 3, shortConv: true };
+  const layer = new KdaModule(config, { dtype: f32 ? "f32" : "f64" });
+  const [B, T, D] = [2, 11, config.dModel];
+  const make = (n: number) => Float64Array.from({ length: n }, (_, i) => Math.sin(0.37 * i + 0.1));
+  const x = f32 ? Float32Array.from(make(B * T * D)) : make(B * T * D);
+  const whole = await layer.forward(x, [B, T], { arm, strict: true });
+  const worst = new Worst();
+  let state: KdaModuleState | undefined;
+  let t0 = 0;
+  for (const n of [1, 3, 7]) {
+    resetSeamCounts();
+    const out = await layer.step(outRows(x, B, T, D, t0, t0 + n), state, {
+      arm,
+      strict: true,
+      ...(n === 1 ? {} : { tokens: n }),
+    });
+    assert.equal(out.y.length, B * n * D);
+    if (arm === "gpu") {
+      assert.equal(seamCounts().variants["gpu:recurrent"], 1, "the decode set ran");
+    }
+    worst.check(
+      `layer ${arm} tokens ${t0}..${t0 + n}`,
+      out.y,
+      outRows(whole, B, T, D, t0, t0 + n),
+      tol,
+    );
+    state = out.state;
+    t0 += n;
+  }
+  worst.report(`KdaModule.step with tokens on the ${arm} arm`);
+}
+
+Deno.test("KdaModule.step() with options.tokens decodes T tokens per call exactly as forward() over the whole input (cpu, ops)", async () => {
+  await layerStepsEqualForward("cpu", false, 1e-12);
+  await layerStepsEqualForward("ops", false, 1e-12);
+  const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
+  await assert.rejects(
+    () => layer.step(new Float64Array(8 * 5), undefined, { tokens: 3 }),
+    /^RangeError: x must be a Float64Array of B·3·8 elements \[B, T, D\]: got Float64Array of 40$/,
+  );
+  await assert.rejects(
+    () => layer.step(new Float64Array(8), undefined, { tokens: 0 }),
+    /^RangeError: options\.tokens must be a positive integer/,
+  );
+});
+
+gpuTest(
+  "KdaModule.step() with options.tokens on the gpu arm runs the decode set and matches forward() to f32 accuracy",
+  async () => {
+    await layerStepsEqualForward("gpu", true, F32.outputs);
   },
 );
