@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import {
-  BFloat16Array,
+  type BFloat16Array,
   DTYPES,
   type Float,
   kda,

@@ -106,35 +106,42 @@ fn recurrentScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
   var s1 = stateIn(bh, c1, jj, fromH0, hasH0);
   var s2 = stateIn(bh, c2, jj, fromH0, hasH0);
   var s3 = stateIn(bh, c3, jj, fromH0, hasH0);
-  // The first token's decay and the decayed memory's answer for its key.
+  // The first token's decay and the decayed memory's answer for its key; the current token's
+  // key stays in registers from the moment it is first read.
   var row = (b * p.T + t0) * p.H + h;
+  var k0 = rowK(row, c0);
+  var k1 = rowK(row, c1);
+  var k2 = rowK(row, c2);
+  var k3 = rowK(row, c3);
   s0 *= rowDecay(row, c0);
   s1 *= rowDecay(row, c1);
   s2 *= rowDecay(row, c2);
   s3 *= rowDecay(row, c3);
-  let pp0 = dot(s0, rowK(row, c0)) + dot(s1, rowK(row, c1)) + dot(s2, rowK(row, c2)) +
-    dot(s3, rowK(row, c3));
+  let pp0 = dot(s0, k0) + dot(s1, k1) + dot(s2, k2) + dot(s3, k3);
   var pred = columnSum(lid, c, vec2f(0.0, pp0)).y;
   for (var t = t0; t < t1; t++) {
     row = (b * p.T + t) * p.H + h;
     // the correction u = beta (v - S~^T k), written along k
     let u = beta[row] * (v[row * p.V + jj] - pred);
-    s0 += rowK(row, c0) * u;
-    s1 += rowK(row, c1) * u;
-    s2 += rowK(row, c2) * u;
-    s3 += rowK(row, c3) * u;
+    s0 += k0 * u;
+    s1 += k1 * u;
+    s2 += k2 * u;
+    s3 += k3 * u;
     // the read of this token, and the next token's decay and answer for its key
     let po = dot(s0, rowQ(row, c0)) + dot(s1, rowQ(row, c1)) + dot(s2, rowQ(row, c2)) +
       dot(s3, rowQ(row, c3));
     var pp = 0.0;
     if (t + 1u < t1) {
       let next = row + p.H;
+      k0 = rowK(next, c0);
+      k1 = rowK(next, c1);
+      k2 = rowK(next, c2);
+      k3 = rowK(next, c3);
       s0 *= rowDecay(next, c0);
       s1 *= rowDecay(next, c1);
       s2 *= rowDecay(next, c2);
       s3 *= rowDecay(next, c3);
-      pp = dot(s0, rowK(next, c0)) + dot(s1, rowK(next, c1)) + dot(s2, rowK(next, c2)) +
-        dot(s3, rowK(next, c3));
+      pp = dot(s0, k0) + dot(s1, k1) + dot(s2, k2) + dot(s3, k3);
     }
     let sums = columnSum(lid, c, vec2f(po, pp));
     pred = sums.y;
