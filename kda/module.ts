@@ -445,20 +445,12 @@ export class KdaModule {
    * ```ts
    * import { KdaModule, type KdaModuleState } from "@deltanet/kda";
    * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
-   * // the prompt's 3 tokens in one call, then one token at a time
-   * let { y, state } = await layer.step(new Float64Array(3 * 8).fill(0.1), undefined, {
-   *   arm: "cpu",
-   *   tokens: 3,
-   * });
-   * let token: Float64Array = y.slice(2 * 8);
+   * let state: KdaModuleState<Float64Array> | undefined;
+   * let token: Float64Array = new Float64Array(3 * 8).fill(0.1); // a prompt of 3 tokens, at once
    * for (let t = 0; t < 4; t++) {
-   *   const out: { y: Float64Array; state: KdaModuleState<Float64Array> } = await layer.step(
-   *     token,
-   *     state,
-   *     { arm: "cpu" },
-   *   );
+   *   const out = await layer.step(token, state, { arm: "cpu", tokens: t === 0 ? 3 : 1 });
    *   state = out.state;
-   *   token = out.y; // feed the output back in, as a toy generator would
+   *   token = out.y.slice(out.y.length - 8); // the last output fed back in, as a toy generator would
    * }
    * ```
    */

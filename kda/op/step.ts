@@ -11,7 +11,7 @@ import { checkObject } from "../../base/check.ts";
 import { storageDtypeOf } from "../../base/dtype.ts";
 import { narrowHalf, widenHalf, widenOne } from "./_half.ts";
 import { type KdaRequest, kdaSeam, runKda } from "./arms.ts";
-import type { DeviceTensor, GpuTensor } from "../gpu/tensor.ts";
+import { type DeviceTensor, type GpuTensor, pinTensors } from "../gpu/tensor.ts";
 import { DECODE_KERNELS, gpuForward } from "../gpu/mod.ts";
 
 /**
@@ -178,12 +178,14 @@ export async function kdaStep<F extends PublicFloat | GpuTensor>(
   const seamOptions = { arm: opts.arm, strict: opts.strict, quiet: opts.quiet };
   if (checked.device) {
     const onDevice = problem as KdaProblem<GpuTensor>;
+    // the caller's DeviceTensors stay this call's until its work is queued, whatever it releases
+    const unpin = pinTensors([state, token]);
     const out = await kdaSeam.runOnDevice(request, {
       arm: "gpu",
       dtype: "f32",
       backward: false,
       run: () => gpuForward(onDevice, { chunkSize: DECODE_CHUNK, kernels: DECODE_KERNELS }),
-    }, seamOptions);
+    }, seamOptions).finally(unpin);
     return { o: out.o, state: out.ht } as KdaStepResult<StepResultArray<F>>;
   }
   const host = problem as KdaProblem<Float>;
