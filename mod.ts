@@ -34,6 +34,8 @@ export {
   dtypeOf,
   DTYPES,
   MEASURED_BAR_FACTOR,
+  type StorageArray,
+  type StorageDType,
 } from "./base/dtype.ts";
 export { DEFAULT_CONFIG, type KdaConfig } from "./kda/layer/config.ts";
 export {
@@ -41,7 +43,9 @@ export {
   kda,
   type KdaInputs,
   type KdaOptions,
+  type KdaResult,
   kdaVjp,
+  type KdaVjpResult,
   resetSeamCounts,
   type ResultArray,
   seamCounts,
@@ -74,6 +78,7 @@ export {
   type KdaStepOptions,
   type KdaStepResult,
   type KdaStepToken,
+  type StepResultArray,
 } from "./kda/op/step.ts";
 export {
   gpuDiagnostics,

@@ -248,6 +248,89 @@ export function computeDtypeOf(x: unknown, name = "data"): ComputeDType {
   throw new TypeError(`${name} must be a Float64Array or Float32Array: got ${typeName(x)}`);
 }
 
+// ---- 16-bit storage: the dtypes stored in 16 bits and computed in f32 ----
+
+/** The dtypes that are stored in 16 bits and computed in f32 (table rows with bytes 2). */
+export type StorageDType = "f16" | "bf16";
+
+/** A typed array of a 16-bit storage dtype. */
+export type StorageArray = Float16Array | BFloat16Array;
+
+/** How each storage dtype widens to f32 (exactly) and rounds back (to nearest, ties to even). */
+const STORAGE_CODECS: Readonly<
+  Record<StorageDType, {
+    widen(x: StorageArray): Float32Array;
+    round(x: Float32Array): StorageArray;
+  }>
+> = Object.freeze({
+  f16: {
+    widen: (x: StorageArray) => Float32Array.from(x as Float16Array),
+    round: (x: Float32Array) => new Float16Array(x),
+  },
+  bf16: {
+    widen: (x: StorageArray) => (x as BFloat16Array).toFloat32(),
+    round: (x: Float32Array) => BFloat16Array.round(x),
+  },
+});
+
+/**
+ * The storage dtype of an array (f16 or bf16, from the table), or null for any other value.
+ *
+ * @param x Any value.
+ * @returns "f16", "bf16" or null.
+ *
+ * @example Usage
+ * ```ts
+ * import { BFloat16Array, storageDtypeOf } from "./dtype.ts";
+ * storageDtypeOf(new BFloat16Array(2)); // "bf16"
+ * storageDtypeOf(new Float32Array(2)); // null
+ * ```
+ */
+export function storageDtypeOf(x: unknown): StorageDType | null {
+  for (const d of ["f16", "bf16"] as const) {
+    const array = DTYPES[d].array;
+    if (array !== undefined && x instanceof array) return d;
+  }
+  return null;
+}
+
+/**
+ * Widens an array of a storage dtype to f32, exactly (every f16 and bf16 value is an f32 value).
+ *
+ * @param x The array.
+ * @returns A new Float32Array.
+ *
+ * @example Usage
+ * ```ts
+ * import { BFloat16Array, widenToF32 } from "./dtype.ts";
+ * widenToF32(BFloat16Array.round([1.5])); // Float32Array [1.5]
+ * ```
+ */
+export function widenToF32(x: StorageArray): Float32Array {
+  const d = storageDtypeOf(x);
+  if (d === null) {
+    throw new TypeError(`x must be a Float16Array or BFloat16Array: got ${typeName(x)}`);
+  }
+  return STORAGE_CODECS[d].widen(x);
+}
+
+/**
+ * Rounds f32 values to a storage dtype, to nearest with ties to even, once.
+ *
+ * @param x The f32 values.
+ * @param dtype "f16" or "bf16".
+ * @returns A new array of that dtype.
+ *
+ * @example Usage
+ * ```ts
+ * import { roundFromF32 } from "./dtype.ts";
+ * roundFromF32(new Float32Array([1 / 3]), "bf16")[0]; // 0x3eab, the bits of 0.333984375
+ * ```
+ */
+export function roundFromF32(x: Float32Array, dtype: StorageDType): StorageArray {
+  return STORAGE_CODECS[dtype].round(x);
+}
+
 // ---- half precision: exact decoding, and round-to-nearest-even encoding of a double ----
 
 interface MiniFloat {

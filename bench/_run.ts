@@ -17,7 +17,7 @@ import { type DeviceTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 export async function uploadProblem(
   x: KdaProblem<Float32Array>,
 ): Promise<KdaProblem<DeviceTensor>> {
-  const { B, T, H, K, V, h0: _, ...dims } = x;
+  const { B, T, H, K, V, h0: _, aLog: _a, dtBias: _d, ...dims } = x;
   return {
     ...dims,
     B,

@@ -4,7 +4,8 @@
 import { type KdaInputs, KdaModule, kdaVjp } from "../mod.ts";
 import { mulberry32, normal } from "../kda/layer/_random.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
-import { kdaStep } from "../kda/op/step.ts";
+import { kdaStep, type KdaStepToken } from "../kda/op/step.ts";
+import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 
 function inputs(B: number, T: number, H: number, K: number, V: number, f32 = false): KdaInputs {
   const gauss = normal(mulberry32(1234));
@@ -99,8 +100,8 @@ for (const arm of ["ops", "cpu"] as const) {
 }
 
 // Decode: one kdaStep call is one token for each of the B = 2 sequences, so the time per
-// iteration is the time per token. The gpu arm has no decode kernel: it runs the chunked forward
-// with T = 1 and uploads and reads back the state every step (kda/step.ts).
+// iteration is the time per token. The gpu arm runs its decode kernel set (recurrent) and, from
+// typed arrays, uploads the state and reads it back every call.
 function stepArgs(f32: boolean) {
   const [B, H, K, V] = [2, 2, 32, 32];
   const x = inputs(B, 1, H, K, V, f32);
@@ -141,3 +142,71 @@ Deno.bench({
     await kdaStep(decode32.state, decode32.token, { arm: "gpu", strict: true });
   },
 });
+
+// Decode at the shape of the issue (H = 16, K = V = 128), f32. Tokens per second are
+// B · T · calls / (seconds per iteration): each iteration's name says how many tokens it decodes.
+// On GpuTensors an iteration is a loop of DEVICE_CALLS calls chaining the state on the device and
+// one read at its end (the one host sync a decode loop pays); bench/decode.ts writes the tokens
+// per second of the same shapes into bench/results/ (deno task bench:decode).
+const DEVICE_CALLS = 8;
+for (const B of [1, 32]) {
+  const [H, K, V] = [16, 128, 128];
+  const x = inputs(B, 1, H, K, V, true);
+  const state = new Float32Array(B * H * K * V).map((_, i) => 0.01 * Math.sin(i));
+  const token = { B, H, K, V, q: x.q, k: x.k, v: x.v, g: x.g, beta: x.beta } as const;
+  const group = `kdaStep decode, B=${B}, H=16, K=V=128, f32`;
+  Deno.bench({
+    name: `cpu arm: ${B} token${B === 1 ? "" : "s"} per iteration (1 per sequence)`,
+    group,
+    baseline: true,
+    n: B === 1 ? 20 : 3,
+    warmup: 1,
+    async fn() {
+      await kdaStep(state, token as KdaStepToken<Float32Array>, { arm: "cpu" });
+    },
+  });
+  Deno.bench({
+    name: `gpu arm, typed arrays: ${B} token${B === 1 ? "" : "s"} per iteration (1 call)`,
+    group,
+    ignore: !gpu.available,
+    n: 5,
+    warmup: 1,
+    async fn() {
+      await kdaStep(state, token as KdaStepToken<Float32Array>, { arm: "gpu", strict: true });
+    },
+  });
+  Deno.bench({
+    name: `gpu arm, GpuTensors: ${DEVICE_CALLS * B} tokens per iteration (${DEVICE_CALLS} calls)`,
+    group,
+    ignore: !gpu.available,
+    n: 3,
+    warmup: 1,
+    async fn(b) {
+      const up = (a: Float32Array, shape: number[]) => toGpu(a, shape);
+      const onDevice = {
+        B,
+        H,
+        K,
+        V,
+        q: await up(x.q as Float32Array, [B, H, K]),
+        k: await up(x.k as Float32Array, [B, H, K]),
+        v: await up(x.v as Float32Array, [B, H, V]),
+        g: await up(x.g as Float32Array, [B, H, K]),
+        beta: await up(x.beta as Float32Array, [B, H]),
+      };
+      const start = await up(state, [B, H, K, V]);
+      b.start();
+      let s = start;
+      const outs = [];
+      for (let c = 0; c < DEVICE_CALLS; c++) {
+        const step = await kdaStep(s, onDevice, { arm: "gpu", strict: true });
+        outs.push(step.o);
+        if (s !== start) s.release();
+        s = step.state;
+      }
+      await s.read();
+      b.end();
+      releaseTensors(outs, s, start, onDevice);
+    },
+  });
+}

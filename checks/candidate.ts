@@ -369,7 +369,9 @@ async function reference(
       ...(p.inputs.h0 ? { h0: state(p.inputs.h0) } : {}),
       scale: K ** -0.5,
     };
-    const options = { arm, chunkSize, strict: true, quiet: true };
+    // a candidate's beta is after its activation: [0, 2] is the range fla's kernels take
+    // (2·sigmoid with allow_neg_eigval); outside it the op refuses the file's beta by name
+    const options = { arm, chunkSize, strict: true, quiet: true, allowNegEigval: true };
     const f = await kda(inputs, options);
     o.set(f.o, s * HV * V);
     ht.set(f.ht, n * HV * K * V);

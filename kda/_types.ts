@@ -3,16 +3,20 @@
 //   q, k, g: [B, T, H, K]   v, o: [B, T, H, V]   beta: [B, T, H]   h0, ht: [B, H, K, V]
 // With grouped value heads (HV value heads, docs/kda.md 2.5) v, g, beta, h0, ht and o carry HV
 // heads instead of H; with a packed batch (cuSeqlens, docs/kda.md 2.6) B is 1 and h0, ht are
-// [N, HV, K, V], one state per sequence.
+// [N, HV, K, V], one state per sequence. The in-kernel options (docs/kda.md 2.8) add aLog [HV]
+// and dtBias [HV·K] and the gradients daLog, ddtBias.
+
+import type { BFloat16Array } from "../base/dtype.ts";
 
 /** A typed array of either supported precision. */
 export type Float = Float64Array | Float32Array;
 
 /**
- * A typed array the public op accepts: either compute precision, or half precision (Float16Array,
- * computed in f32 and returned as Float16Array) where the runtime has it.
+ * A typed array the public op accepts: either compute precision, or a 16-bit storage type of the
+ * dtype table (Float16Array where the runtime has it, BFloat16Array), computed in f32 and returned
+ * in the same type.
  */
-export type PublicFloat = Float | Float16Array;
+export type PublicFloat = Float | Float16Array | BFloat16Array;
 
 /** Supported chunk sizes of the chunked arms. */
 export type ChunkSize = 16 | 32 | 64;
@@ -70,10 +74,41 @@ export interface KdaLayout {
   cuSeqlens?: Int32Array;
 }
 
+/**
+ * The gate's parameters when the gate is computed in the kernel (docs/kda.md 2.8), named as
+ * flash-linear-attention's `A_log` and `dt_bias`.
+ */
+export interface KdaGateArrays<A> {
+  /** Per value head log of the gate's sharpness, [HV]. */
+  aLog?: A;
+  /** Per value head and key channel bias of the raw gate, [HV·K]. */
+  dtBias?: A;
+}
+
+/**
+ * The in-kernel pre- and post-processing of one call, as checked (docs/kda.md 2.8). Absent from a
+ * request or problem, none applies: the arrays are the op's own and `ht` is an output.
+ */
+export interface InKernel {
+  /** q and k are scaled by 1/sqrt(Σx² + 1e-6) per token and head before the op. */
+  l2norm: boolean;
+  /**
+   * g is the raw gate: g = −e^{aLog}·softplus(g + dtBias) (lowerBound null), or
+   * g = lowerBound·sigmoid(e^{aLog}·(g + dtBias)), without e^{aLog} when aLog is absent.
+   */
+  gate: { lowerBound: number | null; aLog: boolean; dtBias: boolean } | null;
+  /** 0: beta as given; 1 or 2: beta = c·sigmoid(beta) with c this value. */
+  betaSigmoid: 0 | 1 | 2;
+  /** Whether `ht` is an output (and its cotangent an input). */
+  finalState: boolean;
+}
+
 /** One validated call of the op as the arms see it: dimensions, arrays and the resolved scale. */
-export interface KdaProblem<A = Float> extends KdaDims, KdaArrays<A>, KdaLayout {
+export interface KdaProblem<A = Float> extends KdaDims, KdaArrays<A>, KdaGateArrays<A>, KdaLayout {
   /** Query scale, resolved (K^(-1/2) unless the caller gave one). */
   scale: number;
+  /** The in-kernel options; absent: none (docs/kda.md 2.8). */
+  inKernel?: InKernel;
 }
 
 /** Cotangents of the op's two outputs; `dht` absent means zero. */
@@ -106,6 +141,14 @@ export interface KdaGrads<A = Float> {
   dbeta: A;
   /** d/dh0 [B, H, K, V]. */
   dh0: A;
+}
+
+/** Gradients of the gate's parameters, present where those inputs were given (docs/kda.md 2.8). */
+export interface KdaGateGrads<A = Float> {
+  /** d/daLog [HV]. */
+  daLog?: A;
+  /** d/ddtBias [HV·K]. */
+  ddtBias?: A;
 }
 
 /** The names of the gradients, in the order of the inputs. */

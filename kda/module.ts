@@ -230,6 +230,7 @@ export class KdaModule {
     params: Map<string, Tensor>,
     options: KdaModuleRunOptions,
     state?: KdaModuleState,
+    decode = false,
   ): Promise<{ y: Tensor; state: KdaModuleState }> {
     const { dModel: D, heads: H, keyDim: K, valueDim: V, shortConv, minDecay, chunkSize } =
       this.config;
@@ -282,6 +283,8 @@ export class KdaModule {
       V,
       scale: K ** -0.5,
       chunkSize,
+      // a decode call runs the plain recurrence (kdaStep's path, docs/kda.md 2.7)
+      ...(decode ? { step: true } : {}),
     }, {
       arm: options.arm,
       strict: options.strict,
@@ -427,43 +430,55 @@ export class KdaModule {
   }
 
   /**
-   * Decodes one token per sequence through the whole layer: the forward of a length-1 input from
-   * `state`.
+   * Decodes through the whole layer from `state`: one token per sequence, or `options.tokens`
+   * tokens per sequence at once. The KDA op runs as a decode call (docs/kda.md 2.7: the plain
+   * recurrence, the gpu arm's decode kernel set); the result equals the forward of the same
+   * tokens from that state.
    *
-   * @param x The tokens [B, D] (one per sequence), of the layer's dtype.
+   * @param x The tokens [B, D] (one per sequence), or [B, T, D] with `options.tokens` = T, of
+   *   the layer's dtype.
    * @param state The state after the previous token; omit it for the first token.
-   * @param options `arm`, `strict`, `quiet`, `checkParameters`.
-   * @returns The outputs [B, D] and the state after this token.
+   * @param options `tokens` (T, default 1), and `arm`, `strict`, `quiet`, `checkParameters`.
+   * @returns The outputs [B, D] (or [B, T, D]) and the state after the last token.
    *
    * @example A generation loop
    * ```ts
    * import { KdaModule, type KdaModuleState } from "@deltanet/kda";
    * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
    * let state: KdaModuleState<Float64Array> | undefined;
-   * let token: Float64Array = new Float64Array(8).fill(0.1);
+   * let token: Float64Array = new Float64Array(3 * 8).fill(0.1); // a prompt of 3 tokens, at once
    * for (let t = 0; t < 4; t++) {
-   *   const out = await layer.step(token, state, { arm: "cpu" });
+   *   const out = await layer.step(token, state, { arm: "cpu", tokens: t === 0 ? 3 : 1 });
    *   state = out.state;
-   *   token = out.y; // feed the output back in, as a toy generator would
+   *   token = out.y.slice(out.y.length - 8); // the last output fed back in, as a toy generator would
    * }
    * ```
    */
   async step<F extends Float>(
     x: F,
     state?: KdaModuleState<F>,
-    options: KdaModuleRunOptions = {},
+    options: KdaModuleRunOptions & { tokens?: number } = {},
   ): Promise<{ y: F; state: KdaModuleState<F> }> {
     const D = this.config.dModel;
-    if (!(x instanceof Float64Array || x instanceof Float32Array) || x.length % D !== 0) {
+    const { tokens, ...rest } = checkObject("options", options) as typeof options;
+    const T = tokens === undefined ? 1 : checkPositiveInt("options.tokens", tokens);
+    const shape = T === 1 ? `B·${D} elements [B, D]` : `B·${T}·${D} elements [B, T, D]`;
+    if (
+      !(x instanceof Float64Array || x instanceof Float32Array) || x.length === 0 ||
+      x.length % (T * D) !== 0
+    ) {
       throw new RangeError(
-        `x must be a ${this.dtype === "f64" ? "Float64Array" : "Float32Array"} of B·${D} ` +
-          `elements [B, D]: got ${typeName(x)}${
-            "length" in Object(x) ? ` of ${(x as F).length}` : ""
-          }`,
+        `x must be a ${this.dtype === "f64" ? "Float64Array" : "Float32Array"} of ${shape}: got ${
+          typeName(x)
+        }${"length" in Object(x) ? ` of ${(x as F).length}` : ""}`,
       );
     }
-    const B = x.length / D;
-    return await this.forwardWithState(x, [B, 1], { ...options, ...(state ? { state } : {}) });
+    const B = x.length / (T * D);
+    this.#checkInput(x, [B, T]);
+    const initial = this.#checkState(state, B);
+    const checked = this.#checkOptions(rest);
+    const out = await this.#run(x, [B, T], this.#params, checked, initial, true);
+    return { y: out.y.data as F, state: out.state as KdaModuleState<F> };
   }
 
   /**

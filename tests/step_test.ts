@@ -141,9 +141,9 @@ Deno.test("kdaStep() rejects bad tokens, states and options with named errors", 
     /^token\.g must be <= 0 \(a log decay\): got 0\.5 at index 0$/,
   );
   await bad(
-    () => kdaStep(state, { ...token, T: 1 } as KdaStepToken),
+    () => kdaStep(state, { ...token, cuSeqlens: new Int32Array([0, 1]) } as KdaStepToken),
     TypeError,
-    /^token\.T is not a known field/,
+    /^token\.cuSeqlens is not a known field/,
   );
   await bad(
     () => kdaStep(state, token, { chunkSize: 16 } as never),

@@ -4,7 +4,7 @@
 // glue passes in the same submit. A call on device tensors returns right after its submit, with
 // DeviceTensors the caller owns; queue order keeps them valid for whatever is queued next.
 
-import type { ChunkSize, KdaGrads, KdaProblem } from "../_types.ts";
+import type { ChunkSize, KdaGateGrads, KdaGrads, KdaProblem } from "../_types.ts";
 import { getContext, type GpuContext, readyContext } from "./device.ts";
 import { BufferSet, upload } from "./buffers.ts";
 import { bytesOf, limitProblem, makePlan, scaleProblem, shapeProblem } from "./layout.ts";
@@ -22,6 +22,12 @@ import type { ExtraPass, ReadPiece } from "./encode.ts";
 import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
 import { chooseKernels } from "./kernels/mod.ts";
 import { typeName } from "../../base/check.ts";
+import {
+  inKernelBackward,
+  inKernelForward,
+  inKernelPasses,
+  type InKernelSaved,
+} from "./options.ts";
 
 /** An array of a gpu call: all of a call's arrays are host arrays, or all are device tensors. */
 export type GpuArray = Float32Array | GpuTensor;
@@ -81,6 +87,8 @@ class SavedCall implements GpuSaved {
     readonly layout: Layout,
     offsets: BufferSet,
     unpin: () => void,
+    /** What the in-kernel options' backward needs (its buffers are in `offsets`). */
+    readonly inKernel?: InKernelSaved,
   ) {
     this.#offsets = offsets;
     this.#unpin = unpin;
@@ -442,7 +450,7 @@ export async function gpuForward<A extends GpuArray>(
 function heldArrays<A extends GpuArray>(x: KdaProblem<A>): KdaProblem<A> {
   if (typeof x !== "object" || x === null) return x;
   const out = { ...x } as Record<string, unknown>;
-  for (const name of ["q", "k", "v", "g", "beta", "h0"]) {
+  for (const name of ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"]) {
     const a = out[name];
     if (a instanceof DeviceTensor && !a.released) {
       out[name] = { buffer: a.buffer, shape: [...a.shape], dtype: "f32" };
@@ -468,12 +476,16 @@ async function forward<A extends GpuArray>(
   const { B, T, HV, K, V, N } = layout;
   // a forward run only for its backward on device tensors keeps no outputs
   const keepOutputs = options.outputs !== false;
+  const inKernel = x.inKernel;
+  // without the final state, ht stays in the set's own buffers: no copy, no readback
+  const finalState = inKernel?.finalState ?? true;
   const results = allocate(ctx, scratch, device && keepOutputs, {
     o: [B, T, HV, V],
-    ht: [N, HV, K, V],
-  });
+    ...(finalState ? { ht: [N, HV, K, V] } : {}),
+  } as Record<"o" | "ht", number[]>);
   try {
     const glue = await glueOf(ctx);
+    const optionPasses = inKernel === undefined ? undefined : await inKernelPasses(ctx);
     const made = await ctx.scoped("gpuForward (upload and glue)", () => {
       if (layout.padded !== null) {
         const cu = layout.padded.cuSeqlens;
@@ -492,9 +504,20 @@ async function forward<A extends GpuArray>(
         beta: x.beta,
         h0: x.h0,
       });
+      // the in-kernel options act on the caller's layouts, before the glue
+      const pre = inKernel === undefined
+        ? undefined
+        : inKernelForward(optionPasses!, scratch, kept, save, {
+          ...layout,
+          inKernel,
+          aLog: x.aLog,
+          dtBias: x.dtBias,
+        }, arrays);
+      const input = glueIn(glue, scratch, layout, pre?.view ?? arrays);
       return {
-        input: glueIn(glue, scratch, layout, arrays),
+        input: { view: input.view, passes: [...(pre?.passes ?? []), ...input.passes] },
         output: glueOut(glue, scratch, layout, { o: results.o }),
+        saved: pre?.saved,
       };
     });
     const { q, k, v, g, beta, h0 } = made.input.view;
@@ -516,18 +539,18 @@ async function forward<A extends GpuArray>(
     const job = await ForwardJob.create(ctx, set, inView, {
       chunkSize: options.chunkSize,
       saveForBackward: save,
-      targets: { ...made.output.view, ht: results.ht },
+      targets: { ...made.output.view, ...(finalState ? { ht: results.ht } : {}) },
     });
     let saved: GpuSaved | undefined;
     try {
       const { arrays } = await job.run({
         before: made.input.passes,
         after: made.output.passes,
-        reads: device ? [] : readsOf([results.o, results.ht]),
+        reads: device ? [] : readsOf(finalState ? [results.o, results.ht] : [results.o]),
       });
       // a set that reads the inputs again in the backward keeps the DeviceTensors among them
       // until the handle is released
-      if (save) saved = new SavedCall(job.takeSaved(), layout, kept, unpinSaved);
+      if (save) saved = new SavedCall(job.takeSaved(), layout, kept, unpinSaved, made.saved);
       const [o, ht] = device ? [results.o, results.ht] : [arrays[0], arrays[1]];
       return { o: o as GpuResult<A>, ht: ht as GpuResult<A>, ...(saved ? { saved } : {}) };
     } finally {
@@ -577,7 +600,7 @@ async function forward<A extends GpuArray>(
 export async function gpuBackward<A extends GpuArray>(
   saved: GpuSaved,
   cotangents: { dout: A; dht?: A },
-): Promise<KdaGrads<GpuResult<A>>> {
+): Promise<KdaGrads<GpuResult<A>> & KdaGateGrads<GpuResult<A>>> {
   if (!(saved instanceof SavedCall)) {
     throw new TypeError("saved must be the handle returned by gpuForward: got another object");
   }
@@ -620,6 +643,8 @@ async function backward<A extends GpuArray>(
   saved.state.acquire();
   const ctx = saved.state.ctx;
   const scratch = new BufferSet(ctx.device);
+  // with the gate in the kernel, the gradients of its parameters that the forward had
+  const gate = saved.inKernel?.inKernel.gate ?? null;
   const results = allocate(ctx, scratch, device, {
     dq: [B, T, H, K],
     dk: [B, T, H, K],
@@ -627,15 +652,23 @@ async function backward<A extends GpuArray>(
     dg: [B, T, HV, K],
     dbeta: [B, T, HV],
     dh0: [N, HV, K, V],
-  });
+    ...(gate?.aLog ? { daLog: [HV] } : {}),
+    ...(gate?.dtBias ? { ddtBias: [HV * K] } : {}),
+  } as Record<"dq" | "dk" | "dv" | "dg" | "dbeta" | "dh0" | "daLog" | "ddtBias", number[]>);
   try {
     const glue = await glueOf(ctx);
+    const optionPasses = saved.inKernel === undefined ? undefined : await inKernelPasses(ctx);
     const made = await ctx.scoped("gpuBackward (upload and glue)", () => {
       const arrays = onDevice(ctx, scratch, { dout: cotangents.dout, dht: cotangents.dht });
-      const { dh0, ...rest } = results;
+      const { dh0, daLog: _a, ddtBias: _d, ...rest } = results;
+      // the in-kernel options pull the core's gradients back after the glue
+      const post = saved.inKernel === undefined
+        ? undefined
+        : inKernelBackward(optionPasses!, scratch, saved.inKernel, results);
+      const output = glueOut(glue, scratch, layout, { ...rest, ...post?.view });
       return {
         input: glueIn(glue, scratch, layout, arrays),
-        output: glueOut(glue, scratch, layout, rest),
+        output: { view: output.view, passes: [...output.passes, ...(post?.passes ?? [])] },
         dh0,
       };
     });
@@ -646,14 +679,25 @@ async function backward<A extends GpuArray>(
       { ...made.output.view, dh0: made.dh0 },
     );
     try {
-      const order = ["dq", "dk", "dv", "dg", "dbeta", "dh0"] as const;
+      const order = [
+        "dq",
+        "dk",
+        "dv",
+        "dg",
+        "dbeta",
+        "dh0",
+        ...(gate?.aLog ? ["daLog" as const] : []),
+        ...(gate?.dtBias ? ["ddtBias" as const] : []),
+      ] as const;
       const { arrays } = await job.run({
         before: made.input.passes,
         after: made.output.passes,
         reads: device ? [] : readsOf(order.map((k) => results[k])),
       });
-      const [dq, dk, dv, dg, dbeta, dh0] = device ? order.map((k) => results[k]) : arrays;
-      return { dq, dk, dv, dg, dbeta, dh0 } as KdaGrads<GpuResult<A>>;
+      const got = device ? order.map((k) => results[k]) : arrays;
+      return Object.fromEntries(order.map((k, i) => [k, got[i]])) as unknown as
+        & KdaGrads<GpuResult<A>>
+        & KdaGateGrads<GpuResult<A>>;
     } finally {
       job.destroy(device);
     }

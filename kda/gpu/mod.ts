@@ -25,14 +25,14 @@ import type { GpuSaved } from "./job.ts";
 import { getContext, type GpuInfo, lastDeviceLoss, readyContext } from "./device.ts";
 import { kernelSet } from "./kernel_set.ts";
 import { callProblem } from "./call.ts";
-import { chooseKernels } from "./kernels/mod.ts";
+import { chooseKernels, DECODE_KERNELS } from "./kernels/mod.ts";
 
 export { gpuLiveBuffers, gpuPool, type GpuPoolStatus, gpuSettled };
 export type { GpuInfo, GpuSaved };
 export { GpuError, type GpuErrorKind } from "./device.ts";
 export { type GpuArray, gpuBackward, gpuForward } from "./call.ts";
 export { kernelSet, kernelSetNames } from "./kernel_set.ts";
-export { chooseKernels };
+export { chooseKernels, DECODE_KERNELS };
 
 /** Whether the gpu arm can run here: the adapter's info, or the reason it cannot. */
 export type GpuStatus = { available: true; info: GpuInfo } | { available: false; reason: string };

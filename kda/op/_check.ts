@@ -9,6 +9,7 @@
 import {
   type ChunkSize,
   type Float,
+  type InKernel,
   type KdaCotangents,
   type KdaProblem,
   MAX_HEAD_DIM,
@@ -18,6 +19,7 @@ import { DeviceTensor, type GpuTensor, isGpuTensor } from "../gpu/tensor.ts";
 import { bytesOf } from "../gpu/layout.ts";
 import { kernelSet } from "../gpu/kernel_set.ts";
 import "../gpu/kernels/mod.ts";
+import { checkInKernel, IN_KERNEL_KEYS } from "./_options.ts";
 import {
   checkKnownKeys,
   checkObject,
@@ -177,7 +179,7 @@ function checkArray(
   return checkedCopy(name, x, shape.reduce((a, b) => a * b, 1), kind.dtype, shapeText);
 }
 
-const ARRAY_KEYS = ["q", "k", "v", "g", "beta", "h0"] as const;
+const ARRAY_KEYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const;
 
 const INPUT_KEYS = [
   "B",
@@ -193,6 +195,8 @@ const INPUT_KEYS = [
   "g",
   "beta",
   "h0",
+  "aLog",
+  "dtBias",
   "scale",
 ] as const;
 
@@ -269,9 +273,14 @@ export type CheckedInputs =
  * Validates the raw inputs of the op once, at the public boundary, for either kind of input.
  *
  * @param inputs What the caller passed.
+ * @param how `gateInKernel`: g is the raw gate of the in-kernel options (docs/kda.md 2.8), any
+ *   finite value, rather than a log decay (≤ 0).
  * @returns The problem the arms see (scale resolved; host arrays copied as checked) and its dtype.
  */
-export function checkKdaInputs(inputs: unknown): CheckedInputs {
+export function checkKdaInputs(
+  inputs: unknown,
+  how: { gateInKernel?: boolean } = {},
+): CheckedInputs {
   const x = checkObject("inputs", inputs);
   checkKnownKeys("inputs", x, INPUT_KEYS);
   const device = onDevice(x, ARRAY_KEYS, "inputs");
@@ -289,9 +298,11 @@ export function checkKdaInputs(inputs: unknown): CheckedInputs {
   const k = array("k", [B, T, H, K], "[B, T, H, K]");
   const v = array("v", [B, T, HV, V], `[B, T, ${hv}, V]`);
   const g = array("g", [B, T, HV, K], `[B, T, ${hv}, K]`);
-  if (!device) checkGates("inputs.g", g as Float);
+  if (!device && how.gateInKernel !== true) checkGates("inputs.g", g as Float);
   const beta = array("beta", [B, T, HV], `[B, T, ${hv}]`);
   const h0 = x.h0 === undefined ? undefined : array("h0", [N, HV, K, V], `[${n}, ${hv}, K, V]`);
+  const aLog = x.aLog === undefined ? undefined : array("aLog", [HV], `[${hv}]`);
+  const dtBias = x.dtBias === undefined ? undefined : array("dtBias", [HV * K], `[${hv}·K]`);
   const scale = x.scale === undefined ? K ** -0.5 : x.scale;
   if (typeof scale !== "number" || !Number.isFinite(scale)) {
     throw new RangeError(`inputs.scale must be a finite number: got ${String(scale)}`);
@@ -309,6 +320,8 @@ export function checkKdaInputs(inputs: unknown): CheckedInputs {
     beta,
     scale,
     ...(h0 !== undefined ? { h0 } : {}),
+    ...(aLog !== undefined ? { aLog } : {}),
+    ...(dtBias !== undefined ? { dtBias } : {}),
     ...(HV !== H ? { HV } : {}),
     ...(cuSeqlens !== undefined ? { cuSeqlens } : {}),
   };
@@ -353,6 +366,10 @@ export interface CheckedOptions {
   kernels?: string;
   strict?: boolean;
   quiet?: boolean;
+  /** The in-kernel options (docs/kda.md 2.8); absent when none applies. */
+  inKernel?: InKernel;
+  /** Whether beta may reach 2 (flash-linear-attention's allow_neg_eigval). */
+  allowNegEigval: boolean;
 }
 
 /** The environment variable that names the gpu arm's kernel set for calls that name none. */
@@ -380,8 +397,17 @@ function checkKernels(value: unknown): string | undefined {
  */
 export function checkKdaOptions(options: unknown): CheckedOptions {
   const o = checkObject("options", options);
-  checkKnownKeys("options", o, ["arm", "chunkSize", "kernels", "strict", "quiet"]);
+  checkKnownKeys("options", o, [
+    "arm",
+    "chunkSize",
+    "kernels",
+    "strict",
+    "quiet",
+    ...IN_KERNEL_KEYS,
+    "outputFinalState",
+  ]);
   const kernels = checkKernels(o.kernels);
+  const { inKernel, allowNegEigval } = checkInKernel(o, true);
   return {
     arm: o.arm === undefined ? undefined : o.arm as string,
     chunkSize: o.chunkSize === undefined
@@ -390,6 +416,8 @@ export function checkKdaOptions(options: unknown): CheckedOptions {
     ...(kernels !== undefined ? { kernels } : {}),
     strict: checkOptionalBoolean("options.strict", o.strict),
     quiet: checkOptionalBoolean("options.quiet", o.quiet),
+    ...(inKernel !== undefined ? { inKernel } : {}),
+    allowNegEigval,
   };
 }
 
@@ -399,16 +427,35 @@ export function headDimProblem(K: number, V: number, arm: string): string | null
   return `K = ${K} and V = ${V} must be at most ${MAX_HEAD_DIM} on the ${arm} arm`;
 }
 
-const TOKEN_KEYS = ["B", "H", "K", "V", "HV", "q", "k", "v", "g", "beta", "scale"] as const;
+const TOKEN_KEYS = [
+  "B",
+  "T",
+  "H",
+  "K",
+  "V",
+  "HV",
+  "q",
+  "k",
+  "v",
+  "g",
+  "beta",
+  "aLog",
+  "dtBias",
+  "scale",
+] as const;
+
+const TOKEN_ARRAYS = ["q", "k", "v", "g", "beta", "aLog", "dtBias"] as const;
 
 /**
- * Validates one decode step (docs/kda.md 2.7) once, at the public boundary: one token per
- * sequence, q, k [B, H, K], v [B, HV, V], g [B, HV, K], beta [B, HV], and the state [B, HV, K, V].
+ * Validates one decode call (docs/kda.md 2.7) once, at the public boundary: `T` tokens per
+ * sequence (default 1), q, k [B, T, H, K], v [B, T, HV, V], g [B, T, HV, K], beta [B, T, HV]
+ * (without `T`: [B, H, K] and so on), aLog [HV] and dtBias [HV·K] with the gate in the kernel, and
+ * the state [B, HV, K, V]; host arrays or GpuTensors (all of one kind, the state too).
  *
  * @param state What the caller passed as the state.
- * @param token What the caller passed as the token.
- * @returns The problem with T = 1 and h0 = state (its HV set when it differs from H), and its
- *   dtype.
+ * @param token What the caller passed as the tokens.
+ * @param how `gateInKernel`: g is the raw gate (any finite value) rather than a log decay.
+ * @returns The problem with h0 = state (its HV set when it differs from H), its kind and dtype.
  *
  * @example
  * ```ts
@@ -423,49 +470,69 @@ const TOKEN_KEYS = ["B", "H", "K", "V", "HV", "q", "k", "v", "g", "beta", "scale
 export function checkKdaStep(
   state: unknown,
   token: unknown,
-): { problem: KdaProblem; dtype: ComputeDType } {
+  how: { gateInKernel?: boolean } = {},
+): CheckedInputs {
   const x = checkObject("token", token);
   checkKnownKeys("token", x, TOKEN_KEYS);
+  const device = onDevice(x, TOKEN_ARRAYS, "token");
   const B = checkPositiveInt("token.B", x.B);
+  const T = x.T === undefined ? 1 : checkPositiveInt("token.T", x.T);
   const { H, K, V, HV } = checkHeads("token", x);
   const hv = x.HV === undefined ? "H" : "HV";
-  const dtype = computeDtypeOf(x.q, "token.q");
-  checkFloatArray("token.q", x.q, B * H * K, dtype, "[B, H, K]");
-  checkFloatArray("token.k", x.k, B * H * K, dtype, "[B, H, K]");
-  checkFloatArray("token.v", x.v, B * HV * V, dtype, `[B, ${hv}, V]`);
-  checkFloatArray("token.g", x.g, B * HV * K, dtype, `[B, ${hv}, K]`);
-  const g = x.g;
-  for (let i = 0; i < g.length; i++) {
-    if (g[i] > 0) {
-      throw new RangeError(`token.g must be <= 0 (a log decay): got ${g[i]} at index ${i}`);
-    }
+  const dtype = device ? "f32" : computeDtypeOf(x.q, "token.q");
+  const kind: ArrayKind = device ? { device: true } : { device: false, dtype };
+  // Without T the token arrays are [B, ...]; with it [B, T, ...] (the same elements when T = 1).
+  const rows = x.T === undefined ? [B] : [B, T];
+  const lead = x.T === undefined ? "B" : "B, T";
+  const array = (name: string, dims: number[], labels: string) =>
+    checkArray(`token.${name}`, x[name], [...rows, ...dims], `[${lead}, ${labels}]`, kind);
+  const q = array("q", [H, K], "H, K");
+  const k = array("k", [H, K], "H, K");
+  const v = array("v", [HV, V], `${hv}, V`);
+  const g = array("g", [HV, K], `${hv}, K`);
+  if (!device && how.gateInKernel !== true) checkGates("token.g", g as Float);
+  const beta = array("beta", [HV], hv);
+  const one = (name: string, n: number, labels: string) =>
+    x[name] === undefined
+      ? undefined
+      : checkArray(`token.${name}`, x[name], [n], `[${labels}]`, kind);
+  const aLog = one("aLog", HV, hv);
+  const dtBias = one("dtBias", HV * K, `${hv}·K`);
+  if (device && !isGpuTensor(state)) {
+    throw new TypeError(
+      `state must be a GpuTensor like the token's arrays: got ${typeName(state)}`,
+    );
   }
-  checkFloatArray("token.beta", x.beta, B * HV, dtype, `[B, ${hv}]`);
-  checkFloatArray("state", state, B * HV * K * V, dtype, `[B, ${hv}, K, V]`);
+  const h0 = checkArray("state", state, [B, HV, K, V], `[B, ${hv}, K, V]`, kind);
   const scale = x.scale === undefined ? K ** -0.5 : x.scale;
   if (typeof scale !== "number" || !Number.isFinite(scale)) {
     throw new RangeError(`token.scale must be a finite number: got ${String(scale)}`);
   }
-  const problem: KdaProblem = {
+  const problem = {
     B,
-    T: 1,
+    T,
     H,
     K,
     V,
-    q: x.q,
-    k: x.k,
-    v: x.v,
+    q,
+    k,
+    v,
     g,
-    beta: x.beta,
-    h0: state,
+    beta,
+    h0,
     scale,
+    ...(aLog !== undefined ? { aLog } : {}),
+    ...(dtBias !== undefined ? { dtBias } : {}),
     ...(HV !== H ? { HV } : {}),
   };
-  return { problem, dtype };
+  return device
+    ? { device, problem: problem as KdaProblem<GpuTensor>, dtype: "f32" }
+    : { device, problem: problem as KdaProblem<Float>, dtype };
 }
 
 /**
- * Validates the options of `kdaStep`: those of `kda` without `chunkSize` (a step has one token).
+ * Validates the options of `kdaStep`: those of `kda` without `chunkSize`, `kernels` and
+ * `outputFinalState` (a decode call runs the plain recurrence and always returns its state).
  *
  * @param options What the caller passed.
  * @returns The options.
@@ -473,12 +540,12 @@ export function checkKdaStep(
  * @example
  * ```ts
  * import { checkStepOptions } from "./_check.ts";
- * checkStepOptions({ arm: "cpu" }); // { arm: "cpu", strict: undefined, quiet: undefined }
+ * checkStepOptions({ arm: "cpu" }).arm; // "cpu"
  * ```
  */
 export function checkStepOptions(options: unknown): Omit<CheckedOptions, "chunkSize"> {
   const o = checkObject("options", options);
-  checkKnownKeys("options", o, ["arm", "strict", "quiet"]);
+  checkKnownKeys("options", o, ["arm", "strict", "quiet", ...IN_KERNEL_KEYS]);
   const { chunkSize: _, ...rest } = checkKdaOptions(o);
   return rest;
 }

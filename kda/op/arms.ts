@@ -22,12 +22,13 @@ import {
   Seam,
   type SeamPolicy,
 } from "../../seam/seam.ts";
-import type { Arm, ChunkSize, Float, KdaDims, KdaLayout, KdaProblem } from "../_types.ts";
+import type { Arm, ChunkSize, Float, InKernel, KdaDims, KdaLayout, KdaProblem } from "../_types.ts";
 import { headDimProblem } from "./_check.ts";
 import { recurrentKda } from "../cpu/recurrent.ts";
 import { chunkBackward, chunkForward } from "../chunk.ts";
 import {
   chooseKernels,
+  DECODE_KERNELS,
   gpuBackward,
   gpuForward,
   type GpuSaved,
@@ -35,22 +36,33 @@ import {
   gpuUnsupportedReason,
   kernelSet,
 } from "../gpu/mod.ts";
-import { stepForward } from "../cpu/_step_math.ts";
+import { recurrentForward } from "../cpu/_step_math.ts";
+import {
+  type HostInKernelSaved,
+  inKernelBackward,
+  inKernelForward,
+} from "../cpu/_in_kernel_host.ts";
+import { inKernelOnTape } from "../cpu/_in_kernel_tape.ts";
 import { expandHeads, sumHeads } from "../cpu/_heads.ts";
 import { type ComputeDType, computeDtypeOf } from "../../base/dtype.ts";
 
 /**
  * What the seam is told about one KDA call. `HV` (value heads, default H) and `cuSeqlens` (a
- * packed batch) are optional; `step` marks a one-token decode step (T = 1), which the cpu arm runs
- * as the plain recurrence on the host.
+ * packed batch) are optional; `step` marks a decode call (T ≥ 1 tokens from a state, inference
+ * only), which the cpu arm runs as the plain recurrence on the host and the gpu arm with its
+ * decode kernel set; `inKernel` carries the in-kernel options (docs/kda.md 2.8). The inputs are
+ * q, k, v, g, beta, h0, aLog, dtBias (absent ones undefined); the outputs o and, unless
+ * `inKernel.finalState` is false, ht.
  */
 export interface KdaRequest extends KdaDims, KdaLayout {
   /** The resolved query scale. */
   scale: number;
   /** Chunk size of the chunked arms; absent, each takes its default (DEFAULT_CHUNK_SIZES). */
   chunkSize?: ChunkSize;
-  /** A decode step (docs/kda.md 2.7): T = 1, inference only. */
+  /** A decode call (docs/kda.md 2.7): the plain recurrence over T ≥ 1 tokens, inference only. */
   step?: boolean;
+  /** The in-kernel options; absent: none. */
+  inKernel?: InKernel;
   /** The gpu arm's kernel set; absent, its rule picks one (kda/gpu/kernels/mod.ts). */
   kernels?: string;
 }
@@ -67,8 +79,8 @@ export const DEFAULT_CHUNK_SIZES: Readonly<{ cpu: ChunkSize; gpu: ChunkSize }> =
 });
 
 function problemOf(request: KdaRequest, inputs: readonly (Data | undefined)[]): KdaProblem {
-  const [q, k, v, g, beta, h0] = inputs as (Float | undefined)[];
-  const { B, T, H, K, V, scale, cuSeqlens, HV } = request;
+  const [q, k, v, g, beta, h0, aLog, dtBias] = inputs as (Float | undefined)[];
+  const { B, T, H, K, V, scale, cuSeqlens, HV, inKernel } = request;
   return {
     B,
     T,
@@ -82,9 +94,17 @@ function problemOf(request: KdaRequest, inputs: readonly (Data | undefined)[]): 
     g: g!,
     beta: beta!,
     ...(h0 ? { h0 } : {}),
+    ...(aLog ? { aLog } : {}),
+    ...(dtBias ? { dtBias } : {}),
     ...(cuSeqlens ? { cuSeqlens } : {}),
     ...(HV !== undefined && HV !== H ? { HV } : {}),
+    ...(inKernel !== undefined ? { inKernel } : {}),
   };
+}
+
+/** Whether a call returns ht (and takes its cotangent). */
+function hasFinalState(request: KdaRequest): boolean {
+  return request.inKernel?.finalState ?? true;
 }
 
 /** Value heads of a call. */
@@ -97,12 +117,30 @@ function statesOf(request: KdaRequest): number {
   return request.cuSeqlens === undefined ? request.B : request.cuSeqlens.length - 1;
 }
 
-/** dq..dbeta, and dh0 only where h0 was an input. */
+/** dq..dbeta, dh0 only where h0 was an input, daLog and ddtBias where given. */
 function gradList(
-  grads: { dq: Data; dk: Data; dv: Data; dg: Data; dbeta: Data; dh0: Data },
+  grads: {
+    dq: Data;
+    dk: Data;
+    dv: Data;
+    dg: Data;
+    dbeta: Data;
+    dh0: Data;
+    daLog?: Data;
+    ddtBias?: Data;
+  },
   hasH0: boolean,
 ): (Data | null)[] {
-  return [grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta, hasH0 ? grads.dh0 : null];
+  return [
+    grads.dq,
+    grads.dk,
+    grads.dv,
+    grads.dg,
+    grads.dbeta,
+    hasH0 ? grads.dh0 : null,
+    grads.daLog ?? null,
+    grads.ddtBias ?? null,
+  ];
 }
 
 const opsArm: CompositeArm<KdaRequest> = {
@@ -111,8 +149,14 @@ const opsArm: CompositeArm<KdaRequest> = {
   dtypes: ["f64", "f32"],
   whyNot: () => null,
   record(request, inputs) {
-    const [, , v, g, beta, h0] = inputs;
-    let [q, k] = inputs;
+    const [, , v, , , h0, aLog, dtBias] = inputs;
+    let [q, k, , g, beta] = inputs;
+    if (request.inKernel !== undefined) {
+      ({ q, k, g, beta } = inKernelOnTape(
+        { q: q!, k: k!, g: g!, beta: beta!, aLog, dtBias },
+        request.inKernel,
+      ));
+    }
     const HV = valueHeads(request);
     if (HV !== request.H) {
       // Grouped value heads: each value head's own copy of its q and k on the tape, whose VJP sums
@@ -128,7 +172,7 @@ const opsArm: CompositeArm<KdaRequest> = {
         dims,
         request.scale,
       );
-      return [o, ht];
+      return hasFinalState(request) ? [o, ht] : [o];
     }
     // A packed batch: the recurrence of each sequence on its own slice of the tokens and its own
     // initial state (docs/kda.md 2.6).
@@ -151,7 +195,7 @@ const opsArm: CompositeArm<KdaRequest> = {
       os.push(o);
       hts.push(ht);
     }
-    return [concat(os, 1), concat(hts, 0)];
+    return hasFinalState(request) ? [concat(os, 1), concat(hts, 0)] : [concat(os, 1)];
   },
 };
 
@@ -161,6 +205,11 @@ interface CpuSaved {
   chunkSize: ChunkSize;
   /** Value heads per query/key head, expanded on the host for the chunked kernels. */
   G: number;
+  /** The in-kernel options' saved state (their host backward), when the call has them. */
+  options?: HostInKernelSaved;
+  /** The call's own element type (the core runs in f64 when the call has options). */
+  dtype: ComputeDType;
+  hasH0: boolean;
 }
 
 /** A problem with grouped value heads expanded to one query/key head per value head. */
@@ -181,36 +230,77 @@ function expanded(problem: KdaProblem): { problem: KdaProblem; G: number } {
   };
 }
 
+/** An array in a compute dtype (the same array when it already is one). */
+function asDtype(x: Float, dtype: ComputeDType): Float {
+  return computeDtypeOf(x) === dtype
+    ? x
+    : dtype === "f64"
+    ? Float64Array.from(x)
+    : Float32Array.from(x);
+}
+
 const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
   name: "cpu",
   kind: "fused",
   dtypes: ["f64", "f32"],
-  whyNot: (request) => headDimProblem(request.K, request.V, "cpu"),
+  // The head-width limit is the chunked path's; a decode call runs recurrentForward, which has none.
+  whyNot: (request) => request.step === true ? null : headDimProblem(request.K, request.V, "cpu"),
   forward(request, inputs, save) {
-    const { problem, G } = expanded(problemOf(request, inputs));
+    const raw = problemOf(request, inputs);
+    const dtype = computeDtypeOf(raw.q);
+    // With in-kernel options, the host maps the raw arrays to the op's own ones, in f64
+    // (docs/kda.md 2.8); the core then runs on those, and its results return in the call's type.
+    const prepared = raw.inKernel === undefined ? undefined : inKernelForward(raw, save);
+    const { problem, G } = expanded(prepared?.problem ?? raw);
+    const finalState = hasFinalState(request);
+    const out = (o: Float, ht: Float) =>
+      finalState ? [asDtype(o, dtype), asDtype(ht, dtype)] : [asDtype(o, dtype)];
     if (request.step === true && !save) {
-      // A decode step: the recurrence of docs/kda.md 2.1 for one token, no chunk scratch.
-      const { o, ht } = stepForward(problem);
-      return { outputs: [o, ht] };
+      // A decode call: the recurrence of docs/kda.md 2.1 token by token, no chunk scratch.
+      const { o, ht } = recurrentForward(problem);
+      return { outputs: out(o, ht) };
     }
     const chunkSize = request.chunkSize ?? DEFAULT_CHUNK_SIZES.cpu;
     const { o, ht, states } = chunkForward(problem, { chunkSize, saveStates: save });
     return {
-      outputs: [o, ht],
-      saved: save ? { problem, states: states!, chunkSize, G } : undefined,
+      outputs: out(o, ht),
+      saved: save
+        ? {
+          problem,
+          states: states!,
+          chunkSize,
+          G,
+          dtype,
+          hasH0: raw.h0 !== undefined,
+          ...(prepared?.saved !== undefined ? { options: prepared.saved } : {}),
+        }
+        : undefined,
     };
   },
-  backward({ problem, states, chunkSize, G }, [dout, dht]) {
+  backward({ problem, states, chunkSize, G, options, dtype, hasH0 }, [dout, dht]) {
     const { B, T, H, K, V } = problem;
+    const core = computeDtypeOf(problem.q);
     const grads = chunkBackward(problem, states, {
-      dout: (dout ?? alloc(computeDtypeOf(problem.q), B * T * H * V)) as Float,
-      ...(dht ? { dht: dht as Float } : {}),
+      dout: dout ? asDtype(dout as Float, core) : alloc(core, B * T * H * V),
+      ...(dht ? { dht: asDtype(dht as Float, core) } : {}),
     }, { chunkSize });
     if (G > 1) {
       grads.dq = sumHeads(grads.dq, B * T, H / G, G, K);
       grads.dk = sumHeads(grads.dk, B * T, H / G, G, K);
     }
-    return gradList(grads, problem.h0 !== undefined);
+    if (options === undefined) return gradList(grads, hasH0);
+    const raw = inKernelBackward(options, grads);
+    const cast = (x: Float | undefined) => x === undefined ? undefined : asDtype(x, dtype);
+    return gradList({
+      dq: cast(raw.dq)!,
+      dk: cast(raw.dk)!,
+      dv: cast(grads.dv)!,
+      dg: cast(raw.dg)!,
+      dbeta: cast(raw.dbeta)!,
+      dh0: cast(grads.dh0)!,
+      ...(raw.daLog !== undefined ? { daLog: cast(raw.daLog) } : {}),
+      ...(raw.ddtBias !== undefined ? { ddtBias: cast(raw.ddtBias) } : {}),
+    }, hasH0);
   },
 };
 
@@ -226,6 +316,16 @@ interface GpuNodeSaved {
   outputLength: number;
 }
 
+/**
+ * The kernel set a gpu call runs: the decode set for a decode call (the plain recurrence), else
+ * the one the call names or the rule picks.
+ */
+function gpuKernelsOf(request: KdaRequest): { name: string; note: string | null } {
+  return request.step === true
+    ? { name: DECODE_KERNELS, note: null }
+    : chooseKernels(request.kernels);
+}
+
 const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
   name: "gpu",
   kind: "fused",
@@ -235,22 +335,24 @@ const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
     if (dims !== null) return dims;
     const status = await gpuStatus();
     if (!status.available) return `the gpu arm is unavailable: ${status.reason}`;
-    const kernels = chooseKernels(request.kernels).name;
+    const kernels = gpuKernelsOf(request).name;
     if (call.backward && kernelSet(kernels).backward === null) {
       return `the kernel set ${kernels} has no backward, and this call needs one`;
     }
     return gpuUnsupportedReason(request, request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu, kernels);
   },
-  variant: (request) => chooseKernels(request.kernels),
+  variant: gpuKernelsOf,
   async forward(request, inputs, save) {
     const problem = problemOf(request, inputs) as KdaProblem<Float32Array>;
     const { o, ht, saved } = await gpuForward(problem, {
       chunkSize: request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu,
-      kernels: chooseKernels(request.kernels).name,
+      kernels: gpuKernelsOf(request).name,
       saveForBackward: save,
     });
     return {
-      outputs: [o as Float32Array, ht as Float32Array],
+      outputs: hasFinalState(request)
+        ? [o as Float32Array, ht as Float32Array]
+        : [o as Float32Array],
       saved: saved === undefined ? undefined : {
         handle: saved,
         hasH0: problem.h0 !== undefined,
@@ -263,10 +365,7 @@ const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
       dout: (dout ?? new Float32Array(outputLength)) as Float32Array,
       ...(dht ? { dht: dht as Float32Array } : {}),
     });
-    return gradList(
-      grads as { dq: Data; dk: Data; dv: Data; dg: Data; dbeta: Data; dh0: Data },
-      hasH0,
-    );
+    return gradList(grads as Parameters<typeof gradList>[0], hasH0);
   },
   release({ handle }) {
     if (!handle.released) handle.release();
@@ -289,7 +388,10 @@ const policy: SeamPolicy<KdaRequest> = {
     }
     return { arm: "gpu", note: null };
   },
-  outputShapes: (r) => [[r.B, r.T, valueHeads(r), r.V], [statesOf(r), valueHeads(r), r.K, r.V]],
+  outputShapes: (r) =>
+    hasFinalState(r)
+      ? [[r.B, r.T, valueHeads(r), r.V], [statesOf(r), valueHeads(r), r.K, r.V]]
+      : [[r.B, r.T, valueHeads(r), r.V]],
   env: { force: "KDA_ARM", require: "KDA_REQUIRE_ARM", quiet: "KDA_QUIET" },
 };
 
@@ -363,11 +465,13 @@ function repeatHeads(x: Tensor, G: number): Tensor {
  * Runs the op through the seam on tape tensors.
  *
  * @param x The inputs as tensors of one dtype (h0 optional): q, k [B,T,H,K], v [B,T,HV,V],
- *   g [B,T,HV,K], beta [B,T,HV], h0 [N,HV,K,V] (N = B unless packed).
+ *   g [B,T,HV,K], beta [B,T,HV], h0 [N,HV,K,V] (N = B unless packed); with the gate in the
+ *   kernel, aLog [HV] and dtBias [HV·K] (each optional).
  * @param request Dimensions, resolved scale and chunk size (already validated); optional `HV`
- *   (grouped value heads) and `cuSeqlens` (a packed batch).
+ *   (grouped value heads), `cuSeqlens` (a packed batch) and `inKernel` (docs/kda.md 2.8).
  * @param options Arm, strictness and quietness.
- * @returns `o` [B,T,HV,V], `ht` [N,HV,K,V] and the arm that ran.
+ * @returns `o` [B,T,HV,V], `ht` [N,HV,K,V] (undefined when `request.inKernel.finalState` is
+ *   false) and the arm that ran.
  *
  * @example Usage
  * ```ts
@@ -390,14 +494,24 @@ function repeatHeads(x: Tensor, G: number): Tensor {
  * ```
  */
 export async function runKda(
-  x: { q: Tensor; k: Tensor; v: Tensor; g: Tensor; beta: Tensor; h0?: Tensor },
+  x: {
+    q: Tensor;
+    k: Tensor;
+    v: Tensor;
+    g: Tensor;
+    beta: Tensor;
+    h0?: Tensor;
+    aLog?: Tensor;
+    dtBias?: Tensor;
+  },
   request: KdaRequest,
   options: DispatchOptions,
 ): Promise<{ o: Tensor; ht: Tensor; arm: Arm }> {
   const { outputs: [o, ht], arm } = await (seamInUse ?? kdaSeam).dispatch(
-    [x.q, x.k, x.v, x.g, x.beta, x.h0],
+    [x.q, x.k, x.v, x.g, x.beta, x.h0, x.aLog, x.dtBias],
     request,
     options,
   );
+  // ht is undefined when the request's inKernel.finalState is false
   return { o, ht, arm: arm as Arm };
 }

@@ -2,17 +2,20 @@
 // kdaVjp take: the arrays are checked as those calls check typed arrays, then uploaded once.
 
 import type { KdaProblem } from "../_types.ts";
-import { checkKdaInputs } from "./_check.ts";
+import { checkKdaInputs, checkKdaOptions } from "./_check.ts";
+import { checkInKernelArrays } from "./_options.ts";
 import { type DeviceTensor, toGpu } from "../gpu/tensor.ts";
-import type { KdaInputs } from "./op.ts";
+import type { KdaInputs, KdaOptions } from "./op.ts";
 
 /**
  * Uploads the f32 typed arrays of a problem to the gpu arm's device, as the GpuTensors that
  * {@linkcode kda} and {@linkcode kdaVjp} take (checked as those calls check typed arrays);
  * grouped value heads (`HV`) and packed batches (`cuSeqlens`) carry over.
  *
- * @param inputs q, k, v, g, beta (and optionally h0, scale, HV, cuSeqlens) as Float32Arrays with
- *   their dimensions.
+ * @param inputs q, k, v, g, beta (and optionally h0, scale, HV, cuSeqlens, aLog, dtBias) as
+ *   Float32Arrays with their dimensions.
+ * @param options The options the calls will run with, so that the arrays are checked as they will
+ *   read them (a raw gate with `useGateInKernel`, logits with `useBetaSigmoidInKernel`).
  * @returns The same problem with DeviceTensors (release them, e.g. with `releaseTensors`).
  * @example
  * ```ts
@@ -31,8 +34,10 @@ import type { KdaInputs } from "./op.ts";
  */
 export async function toGpuInputs(
   inputs: KdaInputs<Float32Array>,
+  options: KdaOptions = {},
 ): Promise<KdaInputs<DeviceTensor>> {
-  const checked = checkKdaInputs(inputs);
+  const opts = checkKdaOptions(options);
+  const checked = checkKdaInputs(inputs, { gateInKernel: (opts.inKernel?.gate ?? null) !== null });
   if (checked.device || checked.dtype !== "f32") {
     throw new TypeError(
       `inputs.q must be a Float32Array for the device: got ${
@@ -40,6 +45,7 @@ export async function toGpuInputs(
       }`,
     );
   }
+  checkInKernelArrays(checked.problem, opts.inKernel, opts.allowNegEigval, "inputs", "f32");
   const problem = checked.problem as KdaProblem<Float32Array>;
   const { B, T, H, K, V, scale } = problem;
   const HV = problem.HV ?? H;
@@ -66,6 +72,8 @@ export async function toGpuInputs(
       g: await keep(problem.g, [B, T, HV, K]),
       beta: await keep(problem.beta, [B, T, HV]),
       ...(problem.h0 !== undefined ? { h0: await keep(problem.h0, [N, HV, K, V]) } : {}),
+      ...(problem.aLog !== undefined ? { aLog: await keep(problem.aLog, [HV]) } : {}),
+      ...(problem.dtBias !== undefined ? { dtBias: await keep(problem.dtBias, [HV * K]) } : {}),
     };
   } catch (error) {
     for (const t of uploaded) t.release();

@@ -12,6 +12,8 @@ import type {
   KdaArrays,
   KdaCotangents,
   KdaDims,
+  KdaGateArrays,
+  KdaGateGrads,
   KdaGrads,
   KdaLayout,
   KdaOutputs,
@@ -19,13 +21,16 @@ import type {
   PublicFloat,
 } from "../_types.ts";
 import {
+  type CheckedInputs,
   type CheckedOptions,
   checkKdaCotangents,
   checkKdaInputs,
   checkKdaOptions,
 } from "./_check.ts";
-import { checkObject } from "../../base/check.ts";
-import { isHalf, narrowHalf, widenHalf } from "./_half.ts";
+import { checkInKernelArrays } from "./_options.ts";
+import { checkObject, typeName } from "../../base/check.ts";
+import { type StorageDType, storageDtypeOf } from "../../base/dtype.ts";
+import { narrowHalf, widenHalf } from "./_half.ts";
 import { DEFAULT_CHUNK_SIZES, type KdaRequest, kdaSeam, runKda } from "./arms.ts";
 import { type DeviceTensor, type GpuTensor, pinTensors } from "../gpu/tensor.ts";
 import { chooseKernels, gpuBackward, gpuForward } from "../gpu/mod.ts";
@@ -35,10 +40,12 @@ export { DEFAULT_CHUNK_SIZES };
 /**
  * The inputs of the raw KDA op (docs/kda.md 2.1): its dimensions and arrays, all of one element
  * type `F`, an optional query scale (default K^(-1/2)), optional grouped value heads `HV`
- * (docs/kda.md 2.5) and an optional packed batch `cuSeqlens` (docs/kda.md 2.6).
+ * (docs/kda.md 2.5), an optional packed batch `cuSeqlens` (docs/kda.md 2.6), and with
+ * `options.useGateInKernel` the gate's parameters `aLog` [HV] and `dtBias` [HV·K] (docs/kda.md
+ * 2.8; flash-linear-attention's `A_log` and `dt_bias`).
  *
- * `F` may be Float16Array where the runtime has it: the op then computes in f32 and returns
- * Float16Array outputs and gradients (docs/kda.md 3).
+ * `F` may be Float16Array (where the runtime has it) or BFloat16Array: the op then computes in
+ * f32 and returns outputs and gradients of that type (docs/kda.md 3).
  *
  * `F` may be {@linkcode GpuTensor} (every array on the gpu arm's device, none on the host): the
  * gpu arm then runs with no host copy and no host sync, and returns {@linkcode DeviceTensor}s
@@ -46,7 +53,7 @@ export { DEFAULT_CHUNK_SIZES };
  * sync): non-finite values or positive gates are the caller's to rule out.
  */
 export interface KdaInputs<F extends PublicFloat | GpuTensor = Float>
-  extends KdaDims, KdaArrays<F>, KdaLayout {
+  extends KdaDims, KdaArrays<F>, KdaGateArrays<F>, KdaLayout {
   /** Query scale; default K^(-1/2). */
   scale?: number;
 }
@@ -72,22 +79,96 @@ export interface KdaOptions {
   strict?: boolean;
   /** No stderr warning when the call declines (it is still counted and recorded). */
   quiet?: boolean;
+  /**
+   * L2-normalise q and k per token and head, q / sqrt(Σq² + 1e-6), before the op (fla's
+   * `use_qk_l2norm_in_kernel`; docs/kda.md 2.8). Default false.
+   */
+  useQkL2NormInKernel?: boolean;
+  /**
+   * g is the raw gate: the op's log decay is −exp(aLog[h])·softplus(g + dtBias[h]), or with
+   * `lowerBound` lowerBound·sigmoid(exp(aLog[h])·(g + dtBias[h])) (without aLog:
+   * lowerBound·sigmoid(g + dtBias[h])); `inputs.aLog` [HV] is needed unless `lowerBound` is set,
+   * `inputs.dtBias` [HV·K] is optional (fla's `use_gate_in_kernel`; docs/kda.md 2.8). Default false.
+   */
+  useGateInKernel?: boolean;
+  /** With `useGateInKernel`: the gate's lower bound, a negative number (fla's `lower_bound`). */
+  lowerBound?: number;
+  /**
+   * beta holds logits: the op's beta is sigmoid(beta), or 2·sigmoid(beta) with `allowNegEigval`
+   * (fla's `use_beta_sigmoid_in_kernel`). Without it beta must lie in [0, 1]. Default false.
+   */
+  useBetaSigmoidInKernel?: boolean;
+  /**
+   * Allow beta in [0, 2], so the write's eigenvalue 1 − beta may be negative (fla's
+   * `allow_neg_eigval`): doubles the in-kernel sigmoid, or widens the range beta is checked
+   * against when it is given after its activation. Default false.
+   */
+  allowNegEigval?: boolean;
+  /**
+   * Return the final state `ht` (and take its cotangent `dht`). Default true (fla's
+   * `output_final_state` defaults to false; this op has always returned ht). With false, no ht is
+   * returned, read back or copied.
+   */
+  outputFinalState?: boolean;
 }
 
-const INPUT_ARRAYS = ["q", "k", "v", "g", "beta", "h0"] as const;
+/**
+ * What {@linkcode kda} returns for options of type `O`: `o`, and `ht` unless
+ * `outputFinalState` is false. A literal `false` drops `ht` from the type; a required flag of
+ * type `boolean` makes it optional; an absent or optional flag (the default, true) keeps it, so
+ * code that builds its options dynamically should check `ht` when it may have set the flag false.
+ */
+export type KdaResult<A, O = KdaOptions> = O extends { outputFinalState: false } ? { o: A }
+  : O extends { outputFinalState: true } ? KdaOutputs<A>
+  : O extends { outputFinalState: boolean } ? { o: A; ht?: A }
+  : KdaOutputs<A>;
 
 /**
- * Half-precision inputs (docs/kda.md 3): a call whose q is a Float16Array has every array widened
- * to Float32Array here, computes as an f32 call, and has its results rounded back by narrowHalf.
+ * What {@linkcode kdaVjp} returns: the six gradients, and `daLog`, `ddtBias` where those inputs
+ * were given.
  */
-function widenInputs(inputs: unknown): { inputs: unknown; half: boolean } {
-  const half = isHalf((inputs as { q?: unknown } | null)?.q);
-  if (!half) return { inputs, half };
-  return { inputs: widenHalf("inputs", checkObject("inputs", inputs), INPUT_ARRAYS), half };
+export type KdaVjpResult<A> = KdaGrads<A> & KdaGateGrads<A>;
+
+const INPUT_ARRAYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const;
+
+/**
+ * 16-bit storage inputs (docs/kda.md 3): a call whose q is a Float16Array or a BFloat16Array has
+ * every array widened to Float32Array here, computes as an f32 call, and has its results rounded
+ * back by narrowHalf.
+ */
+function widenInputs(inputs: unknown): { inputs: unknown; storage: StorageDType | null } {
+  const storage = storageDtypeOf((inputs as { q?: unknown } | null)?.q);
+  if (storage === null) return { inputs, storage };
+  return {
+    inputs: widenHalf("inputs", checkObject("inputs", inputs), INPUT_ARRAYS, storage),
+    storage,
+  };
+}
+
+/**
+ * Checks a call's options and inputs once: the options first (they say whether g is a raw gate),
+ * then the arrays, then what ties the two together; the problem carries the resolved options.
+ */
+function checkCall(inputs: unknown, options: unknown): {
+  checked: CheckedInputs;
+  opts: CheckedOptions;
+  finalState: boolean;
+} {
+  const opts = checkKdaOptions(options);
+  const checked = checkKdaInputs(inputs, { gateInKernel: (opts.inKernel?.gate ?? null) !== null });
+  const inKernel = checkInKernelArrays(
+    checked.problem,
+    opts.inKernel,
+    opts.allowNegEigval,
+    "inputs",
+    checked.device ? undefined : checked.dtype,
+  );
+  if (inKernel !== undefined) (checked.problem as KdaProblem<unknown>).inKernel = inKernel;
+  return { checked, opts, finalState: inKernel?.finalState ?? true };
 }
 
 function requestOf(problem: KdaProblem<unknown>, options: CheckedOptions): KdaRequest {
-  const { B, T, H, K, V, scale, HV, cuSeqlens } = problem;
+  const { B, T, H, K, V, scale, HV, cuSeqlens, inKernel } = problem;
   return {
     B,
     T,
@@ -99,6 +180,7 @@ function requestOf(problem: KdaProblem<unknown>, options: CheckedOptions): KdaRe
     ...(HV !== undefined ? { HV } : {}),
     ...(cuSeqlens !== undefined ? { cuSeqlens } : {}),
     ...(options.kernels !== undefined ? { kernels: options.kernels } : {}),
+    ...(inKernel !== undefined ? { inKernel } : {}),
   };
 }
 
@@ -142,6 +224,8 @@ function tensorsOf(problem: KdaProblem<Float>, wrap: (data: Float, shape: number
     g: wrap(problem.g, [B, T, HV, K]),
     beta: wrap(problem.beta, [B, T, HV]),
     h0: problem.h0 === undefined ? undefined : wrap(problem.h0, [N, HV, K, V]),
+    aLog: problem.aLog === undefined ? undefined : wrap(problem.aLog, [HV]),
+    dtBias: problem.dtBias === undefined ? undefined : wrap(problem.dtBias, [HV * K]),
   };
 }
 
@@ -149,12 +233,15 @@ function tensorsOf(problem: KdaProblem<Float>, wrap: (data: Float, shape: number
  * The KDA op forward (inference: no gradient is recorded).
  *
  * @param inputs q, k, v, g, beta (and optionally h0, scale) with their dimensions; optionally
- *   `HV` value heads sharing the H query/key heads (docs/kda.md 2.5) and a packed batch
- *   `cuSeqlens` (B = 1, docs/kda.md 2.6).
- * @param options `arm`, `chunkSize`, `strict`, `quiet`.
- * @returns The outputs `o` [B, T, HV, V] and the final state `ht` [B, HV, K, V] (`[N, HV, K, V]`
- *   when packed), of the inputs' element type (Float16Array inputs compute in f32 and come back
- *   as Float16Array); each array owns its buffer.
+ *   `HV` value heads sharing the H query/key heads (docs/kda.md 2.5), a packed batch
+ *   `cuSeqlens` (B = 1, docs/kda.md 2.6), and `aLog`, `dtBias` with the gate in the kernel.
+ * @param options `arm`, `chunkSize`, `kernels`, `strict`, `quiet`, and the in-kernel options
+ *   `useQkL2NormInKernel`, `useGateInKernel`, `lowerBound`, `useBetaSigmoidInKernel`,
+ *   `allowNegEigval`, `outputFinalState` (docs/kda.md 2.8).
+ * @returns The outputs `o` [B, T, HV, V] and, unless `outputFinalState` is false, the final state
+ *   `ht` [B, HV, K, V] (`[N, HV, K, V]` when packed), of the inputs' element type (Float16Array
+ *   and BFloat16Array inputs compute in f32 and come back in their type); each array owns its
+ *   buffer.
  *
  * @example Usage
  * ```ts
@@ -169,14 +256,38 @@ function tensorsOf(problem: KdaProblem<Float>, wrap: (data: Float, shape: number
  *   beta: new Float64Array(B * T * H).fill(0.5),
  * }, { arm: "cpu" });
  * ```
+ *
+ * @example The in-kernel options, as a Kimi layer calls fla's chunk_kda
+ * ```ts
+ * import { kda } from "@deltanet/kda";
+ * const [B, T, H, K, V] = [1, 4, 1, 2, 2];
+ * const out = await kda({
+ *   B, T, H, K, V,
+ *   q: new Float64Array(B * T * H * K).fill(0.5),
+ *   k: new Float64Array(B * T * H * K).fill(0.5),
+ *   v: new Float64Array(B * T * H * V).fill(1),
+ *   g: new Float64Array(B * T * H * K).fill(0.3), // the raw gate: any sign
+ *   beta: new Float64Array(B * T * H).fill(-1), // logits
+ *   aLog: new Float64Array(H).fill(0.5),
+ *   dtBias: new Float64Array(H * K).fill(-2),
+ * }, {
+ *   arm: "cpu",
+ *   useQkL2NormInKernel: true,
+ *   useGateInKernel: true,
+ *   useBetaSigmoidInKernel: true,
+ *   outputFinalState: false,
+ * });
+ * console.log(out.o.length, "ht" in out); // 8 false
+ * ```
  */
-export async function kda<F extends PublicFloat | GpuTensor>(
+export async function kda<F extends PublicFloat | GpuTensor, O extends KdaOptions = KdaOptions>(
   inputs: KdaInputs<F>,
-  options: KdaOptions = {},
-): Promise<KdaOutputs<ResultArray<F>>> {
+  options: O = {} as O,
+): Promise<KdaResult<ResultArray<F>, O>> {
   const widened = widenInputs(inputs);
-  const checked = checkKdaInputs(widened.inputs);
-  const opts = checkKdaOptions(options);
+  const { checked, opts, finalState } = checkCall(widened.inputs, options);
+  const result = (o: unknown, ht: unknown) =>
+    (finalState ? { o, ht } : { o }) as KdaResult<ResultArray<F>, O>;
   if (checked.device) {
     const problem = checked.problem;
     const out = await onGpu(
@@ -186,7 +297,7 @@ export async function kda<F extends PublicFloat | GpuTensor>(
       (chunkSize, kernels) => gpuForward(problem, { chunkSize, kernels }),
       [inputs],
     );
-    return { o: out.o, ht: out.ht } as KdaOutputs<ResultArray<F>>;
+    return result(out.o, out.ht);
   }
   const { problem } = checked;
   const { o, ht } = await runKda(
@@ -194,21 +305,38 @@ export async function kda<F extends PublicFloat | GpuTensor>(
     requestOf(problem, opts),
     seamOptions(opts),
   );
-  const out = { o: o.data, ht: ht.data };
-  return (widened.half ? narrowHalf(out) : out) as KdaOutputs<ResultArray<F>>;
+  const out = finalState ? { o: o.data, ht: ht.data } : { o: o.data };
+  const back = widened.storage === null ? out : narrowHalf(out, widened.storage);
+  return back as unknown as KdaResult<ResultArray<F>, O>;
+}
+
+/**
+ * Refuses a cotangent of ht for a call that returns none (outputFinalState false).
+ */
+function checkNoDht(cotangents: unknown, finalState: boolean): void {
+  const dht = (cotangents as { dht?: unknown } | null)?.dht;
+  if (!finalState && dht !== undefined) {
+    throw new TypeError(
+      "cotangents.dht must be absent with options.outputFinalState false (the call returns no " +
+        `ht): got ${typeName(dht)}`,
+    );
+  }
 }
 
 /**
  * The KDA op's vector-Jacobian product: runs the forward on a tape and pulls the cotangents of
  * `o` and `ht` back to every input.
  *
- * @param inputs q, k, v, g, beta (and optionally h0, scale, HV, cuSeqlens) as for {@linkcode kda}.
+ * @param inputs q, k, v, g, beta (and optionally h0, scale, HV, cuSeqlens, aLog, dtBias) as for
+ *   {@linkcode kda}.
  * @param cotangents `dout` [B, T, HV, V] and optional `dht` [B, HV, K, V] (`[N, HV, K, V]` when
- *   packed), of the inputs' element type.
- * @param options `arm`, `chunkSize`, `strict`, `quiet`.
+ *   packed; refused with `outputFinalState: false`), of the inputs' element type.
+ * @param options As for {@linkcode kda}.
  * @returns dq, dk, dv, dg, dbeta and dh0, of the inputs' element type and shapes (dh0 also
  *   without h0: the gradient at a zero initial state; with HV > H, dq and dk are summed over each
- *   group of value heads; Float16Array inputs give Float16Array gradients).
+ *   group of value heads; 16-bit inputs give gradients of their type), and daLog, ddtBias when
+ *   those inputs were given. With in-kernel options each gradient is of the raw input (the
+ *   logits, the raw gate, q and k before normalisation).
  *
  * @example Usage
  * ```ts
@@ -228,13 +356,13 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   inputs: KdaInputs<F>,
   cotangents: KdaCotangents<F>,
   options: KdaOptions = {},
-): Promise<KdaGrads<ResultArray<F>>> {
+): Promise<KdaVjpResult<ResultArray<F>>> {
   const widened = widenInputs(inputs);
-  const checked = checkKdaInputs(widened.inputs);
+  const { checked, opts, finalState } = checkCall(widened.inputs, options);
+  checkNoDht(cotangents, finalState);
   if (checked.device) {
     const problem = checked.problem;
     const cot = checkKdaCotangents(cotangents, { ...checked, problem });
-    const opts = checkKdaOptions(options);
     return await onGpu(problem, opts, true, async (chunkSize, kernels) => {
       const { saved } = await gpuForward(problem, {
         chunkSize,
@@ -248,16 +376,20 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
         // the backward was only submitted: its buffers go once the queue is done with them
         saved!.release(true);
       }
-    }, [inputs, cotangents]) as KdaGrads<ResultArray<F>>;
+    }, [inputs, cotangents]) as KdaVjpResult<ResultArray<F>>;
   }
   const { problem, dtype } = checked;
   const { dout, dht } = checkKdaCotangents(
-    widened.half
-      ? widenHalf("cotangents", checkObject("cotangents", cotangents), ["dout", "dht"])
+    widened.storage !== null
+      ? widenHalf(
+        "cotangents",
+        checkObject("cotangents", cotangents),
+        ["dout", "dht"],
+        widened.storage,
+      )
       : cotangents,
     { ...checked, problem },
   );
-  const opts = checkKdaOptions(options);
   const { B, K, V } = problem;
   const HV = problem.HV ?? problem.H;
   const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
@@ -273,15 +405,18 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
     if (dht !== undefined) seeds.push({ output: ht, cotangent: dht });
     const grads = await tape.backwardFrom(seeds);
     const grad = (t: Tensor | undefined) => grads.get(t!) ?? alloc(dtype, t!.size);
-    const out = {
+    const out: KdaVjpResult<Float> = {
       dq: grad(x.q),
       dk: grad(x.k),
       dv: grad(x.v),
       dg: grad(x.g),
       dbeta: grad(x.beta),
       dh0: grad(x.h0),
+      ...(x.aLog !== undefined ? { daLog: grad(x.aLog) } : {}),
+      ...(x.dtBias !== undefined ? { ddtBias: grad(x.dtBias) } : {}),
     };
-    return (widened.half ? narrowHalf(out) : out) as KdaGrads<ResultArray<F>>;
+    const back = widened.storage === null ? out : narrowHalf(out, widened.storage);
+    return back as unknown as KdaVjpResult<ResultArray<F>>;
   } finally {
     tape.dispose();
   }

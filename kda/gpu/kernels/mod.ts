@@ -1,14 +1,19 @@
 // The kernel sets of the package, registered by name, and the rule that picks one when a call
-// names none (docs/kda.md 3.2). A new set is a folder beside fused/ with its WGSL files and a
+// names none (docs/kda.md 3.2); decoding calls run the recurrent set. A new set is a folder beside fused/ with its WGSL files and a
 // module that declares it (kernel_set.ts), registered here.
 
 import { kernelSet, registerKernelSet } from "../kernel_set.ts";
 import { readyContext } from "../device.ts";
 import { FUSED } from "./fused/mod.ts";
 import { SPLIT } from "./split/mod.ts";
+import { RECURRENT } from "./recurrent/mod.ts";
 
 registerKernelSet(FUSED);
 registerKernelSet(SPLIT);
+registerKernelSet(RECURRENT);
+
+/** The set decoding calls run (kdaStep, the layer's step): the plain recurrence, forward only. */
+export const DECODE_KERNELS: string = RECURRENT.name;
 
 /**
  * The kernel set a call runs when neither `options.kernels` nor `KDA_GPU_KERNELS` names one.
