@@ -12,7 +12,8 @@
 // Run: deno run --allow-env --allow-read --allow-write bench/gpu.ts [--quick] [--runs=N]
 //   --quick   a small subset with few runs (for the software adapter: minutes, not hours)
 //   --groups=issue,sweep,chunk   only these groups of shapes
-//   --kernels=a,b   the kernel sets to time side by side (default: every registered set)
+//   --kernels=a,b   the kernel sets to time side by side (default: every registered set that
+//                   has a backward)
 //   --pool=BYTES   the buffer pool's bound (gpuPool; default: the package's default)
 //   --only=kernels   kernel times alone (no end-to-end or GpuTensor-step walls)
 
@@ -418,8 +419,10 @@ async function main(): Promise<void> {
   const groupsArg = Deno.args.find((a) => a.startsWith("--groups="));
   const groups = groupsArg ? groupsArg.slice(9).split(",") : null;
   const kernelsArg = Deno.args.find((a) => a.startsWith("--kernels="));
-  const sets: KernelSet[] = (kernelsArg ? kernelsArg.slice(10).split(",") : kernelSetNames())
-    .map((name) => kernelSet(name, "--kernels"));
+  // by default every set that trains (a forward-only set, like the decode set, has nothing to time here)
+  const sets: KernelSet[] = kernelsArg
+    ? kernelsArg.slice(10).split(",").map((name) => kernelSet(name, "--kernels"))
+    : kernelSetNames().map((name) => kernelSet(name)).filter((set) => set.backward !== null);
   const shapes = (quick ? QUICK : FULL).filter((s) => groups === null || groups.includes(s.group));
   const results: Record<string, unknown>[] = [];
   for (const s of shapes) {

@@ -1,6 +1,6 @@
 // The kernel sets of the package, registered by name, and the rule that picks one when a call
-// names none (docs/kda.md 3.2); decoding calls run the recurrent set. A new set is a folder beside fused/ with its WGSL files and a
-// module that declares it (kernel_set.ts), registered here.
+// names none (docs/kda.md 3.2); decoding calls run the recurrent set. A new set is a folder beside
+// fused/ with its WGSL files and a module that declares it (kernel_set.ts), registered here.
 
 import { kernelSet, registerKernelSet } from "../kernel_set.ts";
 import { readyContext } from "../device.ts";
@@ -16,18 +16,23 @@ registerKernelSet(RECURRENT);
 export const DECODE_KERNELS: string = RECURRENT.name;
 
 /**
- * The kernel set a call runs when neither `options.kernels` nor `KDA_GPU_KERNELS` names one.
+ * The kernel set a training call (a forward, or a forward with its backward) runs when neither
+ * `options.kernels` nor `KDA_GPU_KERNELS` names one: the split set on every adapter. It is the
+ * faster set per training step on both adapters measured (the H200 and llvmpipe, see
+ * bench/results/REPORT.md), and the only one that runs packed batches and grouped value heads
+ * without padding or copies. The fused set stays selectable by name.
  *
- * @param info Whether the adapter is a software one.
+ * @param info Whether the adapter is a software one (the rule is the same for both today).
  * @returns The set's name and, when the rule is worth telling, why.
  * @example
  * ```ts
- * defaultKernels({ software: true }).name; // "fused"
+ * defaultKernels({ software: true }).name; // "split"
+ * defaultKernels({ software: false }).name; // "split"
  * ```
  */
 export function defaultKernels(info: { software: boolean }): { name: string; note: string | null } {
   void info;
-  return { name: FUSED.name, note: null };
+  return { name: SPLIT.name, note: null };
 }
 
 /**

@@ -1,0 +1,122 @@
+// Packed variable-length batches on the gpu arm, per kernel set: what a packed batch costs against
+// its longest sequence alone (cost should follow the chunks of its sequences, Σ⌈len/C⌉, not
+// N × longest), and flash-linear-attention's own varlen case (H = 4, K = V = 256, cu_seqlens
+// [0, 100, 300, 1200, 3000, 4096]). Each case: host wall of kda and of kdaVjp on GpuTensors (one
+// read each, as a chained step pays), median of the runs; a set that cannot run a case says why.
+// Prints one JSON line per case and set, and writes them all to KDA_BENCH_OUT when set.
+//
+// Run: deno run --allow-env --allow-read --allow-write bench/varlen.ts [--kernels=a,b] [--runs=N]
+
+import { kda, kdaVjp } from "../kda/op/op.ts";
+import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
+import { toGpuInputs } from "../kda/op/device_inputs.ts";
+import { kernelSet, kernelSetNames } from "../kda/gpu/kernel_set.ts";
+import { gpuStatus } from "../kda/gpu/mod.ts";
+import "../kda/gpu/kernels/mod.ts";
+import type { KdaProblem } from "../kda/_types.ts";
+
+interface Case {
+  name: string;
+  H: number;
+  K: number;
+  lengths: number[];
+}
+
+const CASES: Case[] = [
+  { name: "512 alone", H: 4, K: 64, lengths: [512] },
+  { name: "512 + 63 x 1", H: 4, K: 64, lengths: [512, ...Array(63).fill(1)] },
+  { name: "fla varlen (H=4, K=V=256)", H: 4, K: 256, lengths: [100, 200, 900, 1800, 1096] },
+];
+
+function inputs(c: Case): KdaProblem<Float32Array> & { cuSeqlens: Int32Array } {
+  const T = c.lengths.reduce((a, b) => a + b, 0);
+  const { H, K } = c;
+  const wave = (n: number, f: number, a = 1) =>
+    Float32Array.from({ length: n }, (_, i) => a * Math.sin(f * i + 0.3));
+  const cu = new Int32Array(c.lengths.length + 1);
+  c.lengths.forEach((n, i) => cu[i + 1] = cu[i] + n);
+  return {
+    B: 1,
+    T,
+    H,
+    K,
+    V: K,
+    scale: 1 / Math.sqrt(K),
+    q: wave(T * H * K, 0.37),
+    k: wave(T * H * K, 0.23, 1 / Math.sqrt(K)),
+    v: wave(T * H * K, 0.11),
+    g: Float32Array.from({ length: T * H * K }, (_, i) => -0.05 - 0.05 * ((i * 7) % 11) / 11),
+    beta: Float32Array.from({ length: T * H }, (_, i) => 0.2 + 0.6 * ((i * 5) % 7) / 7),
+    cuSeqlens: cu,
+  };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+async function time(runs: number, fn: () => Promise<void>): Promise<number> {
+  await fn(); // compiles, fills the pool
+  const ms: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const t0 = performance.now();
+    await fn();
+    ms.push(performance.now() - t0);
+  }
+  return median(ms);
+}
+
+async function main(): Promise<void> {
+  const status = await gpuStatus();
+  if (!status.available) {
+    console.error(`No GPU: ${status.reason}`);
+    Deno.exit(1);
+  }
+  const runsArg = Deno.args.find((a) => a.startsWith("--runs="));
+  const runs = runsArg ? Number(runsArg.slice(7)) : 5;
+  const kernelsArg = Deno.args.find((a) => a.startsWith("--kernels="));
+  const sets = (kernelsArg ? kernelsArg.slice(10).split(",") : kernelSetNames())
+    .map((n) => kernelSet(n, "--kernels"))
+    .filter((s) => s.backward !== null);
+  const rows: Record<string, unknown>[] = [];
+  for (const c of CASES) {
+    const x = inputs(c);
+    const device = await toGpuInputs(x);
+    const dout = await toGpu(new Float32Array(x.T * c.H * c.K).fill(0.01), [1, x.T, c.H, c.K]);
+    for (const set of sets) {
+      const options = { arm: "gpu", strict: true, chunkSize: 64, kernels: set.name } as const;
+      const row: Record<string, unknown> = {
+        case: c.name,
+        kernels: set.name,
+        T: x.T,
+        N: c.lengths.length,
+        chunks: c.lengths.reduce((a, n) => a + Math.ceil(n / 64), 0),
+      };
+      try {
+        row.forwardMs = await time(runs, async () => {
+          const out = await kda(device, options);
+          await out.ht.read();
+          releaseTensors(out);
+        });
+        row.vjpMs = await time(runs, async () => {
+          const grads = await kdaVjp(device, { dout }, options);
+          await grads.dbeta.read();
+          releaseTensors(grads);
+        });
+      } catch (error) {
+        row.failed = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+      }
+      console.log(JSON.stringify(row));
+      rows.push(row);
+    }
+    releaseTensors(device, dout);
+  }
+  const out = Deno.env.get("KDA_BENCH_OUT");
+  if (out !== undefined) {
+    const doc = { adapter: status.info, date: new Date().toISOString(), runs, rows };
+    await Deno.writeTextFile(out, JSON.stringify(doc, null, 2) + "\n");
+  }
+}
+
+if (import.meta.main) await main();
