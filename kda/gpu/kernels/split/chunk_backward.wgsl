@@ -36,13 +36,13 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
 
   // Stage A, the sums over V of stateScanBackward, chunkOutputBackward, newValuesBackward and
   // wyBackward: dKd = Vn dS'^T, dQg = scale dO S^T, dW = -dVn S^T (4 rows x 4 channels a block)
+  let lanes = vec4u(0u, 1u, 2u, 3u);
+  let rowsOk = vec4u(cv);
   // ABLATE bA {
   // as tiled products (common.wgsl) over slices of the V columns: first dKd = Vn dS'^T, then
   // dQg = dO S^T and dW = -dVn S^T, which share S^T; tiles of 4 rows x 8 channels
-  let lanes = vec4u(0u, 1u, 2u, 3u);
   let KQ = (p.K + 3u) / 4u;
   let nD8 = (p.K + 7u) / 8u;
-  let rowsOk = vec4u(cv);
   for (var turn = 0u; turn * WG < nRG * nD8; turn++) {
     let blk = lid + turn * WG;
     let mine = blk < nRG * nD8;
@@ -50,14 +50,16 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let dq = 2u * (blk % nD8);
     var kd = Tile8(mat4x4f(), mat4x4f());
     for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
+      // neighbouring invocations read neighbouring columns (coalesced), and store transposed
       for (var e = lid; e < MM_SLICE * 16u; e += WG) {
-        let j = j0 + e / 16u;
-        let rows = 4u * (e % 16u) + lanes;
+        let jj = e % MM_SLICE;
+        let j = j0 + jj;
+        let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (j < p.V) {
           value = select(vec4f(0.0), statesAt4(sBlock + sVn() + j, min(rows, vec4u(last)) * p.V), rows < rowsOk);
         }
-        tileA[e] = value;
+        tileA[jj * 16u + e / MM_SLICE] = value;
       }
       for (var e = lid; e < MM_SLICE * KQ; e += WG) {
         let j = j0 + e / KQ;
@@ -77,8 +79,9 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     var dw = Tile8(mat4x4f(), mat4x4f());
     for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
       for (var e = lid; e < MM_SLICE * 16u; e += WG) {
-        let j = j0 + e / 16u;
-        let rows = 4u * (e % 16u) + lanes;
+        let jj = e % MM_SLICE;
+        let j = j0 + jj;
+        let rows = 4u * (e / MM_SLICE) + lanes;
         let clamped = min(rows, vec4u(last));
         var dO = vec4f(0.0);
         var dvn = vec4f(0.0);
@@ -86,8 +89,8 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
           dO = select(vec4f(0.0), doutAt4(j, vec4u(aDout()) + vrow4(at, clamped) * p.V), rows < rowsOk);
           dvn = select(vec4f(0.0), bwAt4(bBase + bDVn() + j, clamped * p.V), rows < rowsOk);
         }
-        tileA[e] = dO;
-        tileA[MM_SLICE * 16u + e] = dvn;
+        tileA[jj * 16u + e / MM_SLICE] = dO;
+        tileA[MM_SLICE * 16u + jj * 16u + e / MM_SLICE] = dvn;
       }
       for (var e = lid; e < MM_SLICE * KQ; e += WG) {
         let j = j0 + e / KQ;
@@ -133,20 +136,52 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     }
     gs[gBase + gGam() + d] = acc;
   }
-  // dP = lower_incl(dO Vn^T), M = lower_incl(dVn V^T) (4 rows r x 4 columns s a block)
+  // dP = lower_incl(dO Vn^T), M = lower_incl(dVn V^T) as tiled products over slices of the V
+  // columns: dO and dVn rows in tileA, Vn and V rows (the columns s of the products) in tileB;
+  // tiles of 4 rows x 8 columns, the first 128 invocations on dP, the next 128 on M (C = 64)
   // ABLATE bPM {
-  for (var blk = lid; blk < nRG * nRG; blk += WG) {
-    let blk4 = blockOf(blk, nRG, last);
-    let dOut = vec4u(aDout()) + vrow4(at, blk4.rows) * p.V;
-    let vRows = vec4u(aV()) + vrow4(at, blk4.cols) * p.V;
-    var dp = mat4x4f();
-    var m = mat4x4f();
-    for (var j = 0u; j < p.V; j++) {
-      dp = tileFma(dp, doutAt4(j, dOut), statesAt4(sBlock + sVn() + j, blk4.cols * p.V));
-      m = tileFma(m, bwAt4(bBase + bDVn() + j, blk4.rows * p.V), vAt4(j, vRows));
+  let nS8 = (cv + 7u) / 8u;
+  let mTile = lid >= 128u;
+  let tile = lid % 128u;
+  let pmMine = tile < nRG * nS8;
+  let prq = tile / nS8;
+  let psq = 2u * (tile % nS8);
+  var pm = Tile8(mat4x4f(), mat4x4f());
+  for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
+    for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+      let jj = e % MM_SLICE;
+      let j = j0 + jj;
+      let rows = 4u * (e / MM_SLICE) + lanes;
+      let clamped = min(rows, vec4u(last));
+      var dO = vec4f(0.0);
+      var dvn = vec4f(0.0);
+      var vn = vec4f(0.0);
+      var vv = vec4f(0.0);
+      if (j < p.V) {
+        dO = select(vec4f(0.0), doutAt4(j, vec4u(aDout()) + vrow4(at, clamped) * p.V), rows < rowsOk);
+        dvn = select(vec4f(0.0), bwAt4(bBase + bDVn() + j, clamped * p.V), rows < rowsOk);
+        vn = select(vec4f(0.0), statesAt4(sBlock + sVn() + j, clamped * p.V), rows < rowsOk);
+        vv = select(vec4f(0.0), vAt4(j, vec4u(aV()) + vrow4(at, clamped) * p.V), rows < rowsOk);
+      }
+      let at4 = jj * 16u + e / MM_SLICE;
+      tileA[at4] = dO;
+      tileA[MM_SLICE * 16u + at4] = dvn;
+      tileB[at4] = vn;
+      tileB[MM_SLICE * 16u + at4] = vv;
     }
-    gsStoreTri(gBase + gP(), blk4.r, blk4.c, dp, cv, 0u);
-    gsStoreTri(gBase + gM(), blk4.r, blk4.c, m, cv, 0u);
+    workgroupBarrier();
+    if (pmMine) {
+      let n = min(MM_SLICE, p.V - j0);
+      pm = mmSliceAt(pm, select(0u, 1u, mTile), select(0u, MM_SLICE * 16u, mTile), prq, psq, 16u, n);
+    }
+    workgroupBarrier();
+  }
+  if (pmMine) {
+    let region = select(gBase + gP(), gBase + gM(), mTile);
+    gsStoreTri(region, 4u * prq, 4u * psq, pm.t0, cv, 0u);
+    if (4u * psq + 4u < cv) {
+      gsStoreTri(region, 4u * prq, 4u * psq + 4u, pm.t1, cv, 0u);
+    }
   }
   // ABLATE bPM }
   // dV = beta (.) T^T dVn (4 rows s x 4 columns j a block; T_rs = 0 for r < s)

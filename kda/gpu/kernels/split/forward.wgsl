@@ -440,25 +440,26 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     var acc = Tile8(mat4x4f(), mat4x4f());
     for (var s0 = 0u; s0 < p.K; s0 += MM_SLICE) {
       // Qg slice, four rows a vec4; S^T slice (S is [V, K] in memory), four columns a vec4
+      // neighbouring invocations read neighbouring channels (coalesced), and store transposed
       for (var e = lid; e < MM_SLICE * 16u; e += WG) {
-        let dd = e / 16u;
+        let dd = e % MM_SLICE;
         let d = s0 + dd;
-        let rows = 4u * (e % 16u) + lanes;
+        let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
           value = select(vec4f(0.0), workAt4(base + wQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
         }
-        tileA[e] = value;
+        tileA[dd * 16u + e / MM_SLICE] = value;
       }
       for (var e = lid; e < MM_SLICE * VQ; e += WG) {
-        let dd = e / VQ;
+        let dd = e % MM_SLICE;
         let d = s0 + dd;
-        let cols = 4u * (e % VQ) + lanes;
+        let cols = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
           value = select(vec4f(0.0), statesAt4(sBlock + sS() + d, min(cols, vec4u(p.V - 1u)) * p.K), cols < vec4u(p.V));
         }
-        tileB[dd * VQ + e % VQ] = value;
+        tileB[dd * VQ + e / MM_SLICE] = value;
       }
       workgroupBarrier();
       if (mine) {
@@ -469,13 +470,14 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     for (var s0 = 0u; s0 < cv; s0 += MM_SLICE) {
       // P slice (zero above the diagonal), four rows a vec4; Vn slice, four columns a vec4
       for (var e = lid; e < MM_SLICE * 16u; e += WG) {
-        let s = s0 + e / 16u;
-        let rows = 4u * (e % 16u) + lanes;
+        let ss = e % MM_SLICE;
+        let s = s0 + ss;
+        let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (s < cv) {
           value = select(vec4f(0.0), triAt4(tbase + rP() + s, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
         }
-        tileA[e] = value;
+        tileA[ss * 16u + e / MM_SLICE] = value;
       }
       for (var e = lid; e < MM_SLICE * VQ; e += WG) {
         let s = s0 + e / VQ;
