@@ -1,7 +1,7 @@
 // Packed variable-length batches (inputs.cuSeqlens, docs/kda.md 2.6): a packed batch equals its
 // sequences run one by one (bit for bit on the cpu arm), the ops arm agrees with the cpu arm in
-// f64, the gpu arm (which runs the packed batch padded) with the cpu arm in f32, and every bad
-// offset table gets its named error.
+// f64, the gpu arm (whose default set walks the packed batch by sequence, unpadded) with the cpu
+// arm in f32, and every bad offset table gets its named error.
 
 import assert from "node:assert/strict";
 import { type Float, kda, type KdaCotangents, type KdaInputs, kdaVjp } from "../mod.ts";
@@ -215,3 +215,32 @@ Deno.test("kda() rejects every bad cuSeqlens, and h0/dht of the wrong sequence c
       /^cotangents\.dht must have 120 elements \[N, H, K, V\]: got 180$/.test(e.message),
   );
 });
+
+gpuTest(
+  "fla's own varlen case (H = 4, K = V = 256, cu_seqlens [0, 100, 300, 1200, 3000, 4096]) fits " +
+    "the default set unpadded; the fused set's refusal names the caller's packed batch first",
+  async () => {
+    const { gpuUnsupportedReason, gpuStatus } = await import("../kda/gpu/mod.ts");
+    const status = await gpuStatus();
+    assert.ok(status.available);
+    const dims = {
+      B: 1,
+      T: 4096,
+      H: 4,
+      K: 256,
+      V: 256,
+      cuSeqlens: new Int32Array([0, 100, 300, 1200, 3000, 4096]),
+    };
+    // Σ⌈len/64⌉ chunks, no padding: within the software adapter's 128 MiB bindings too
+    assert.equal(gpuUnsupportedReason(dims, 64), null);
+    assert.equal(gpuUnsupportedReason(dims, 64, "split"), null);
+    const fused = gpuUnsupportedReason(dims, 64, "fused");
+    if (status.info.limits.maxStorageBufferBindingSize < 152842880) {
+      // the padded batch [5, 1800] needs more than one binding there
+      assert.match(
+        fused ?? "",
+        /^the packed batch of 5 sequences \(T=4096\) runs padded to B=5, T=1800 on the kernel set fused, and there the inputs buffer needs \d+ bytes/,
+      );
+    } else assert.equal(fused, null);
+  },
+);

@@ -201,12 +201,15 @@ export function callProblem(
   const limit = limitProblem(set, makePlan(set, view, chunkSize), ctx.info.limits);
   if (limit === null) return null;
   const { B, T, H } = view;
+  // the caller's shape first: the padded or expanded one is the set's, not theirs
   const how = layout.padded !== null
-    ? `the packed batch runs padded to B=${B}, T=${T} on this set; `
+    ? `the packed batch of ${layout.N} sequences (T=${x.T}) runs padded to B=${B}, T=${T} on ` +
+      `the kernel set ${set.name}, and there `
     : layout.expand > 1
-    ? `the grouped value heads run expanded to H=${H} on this set; `
+    ? `the grouped value heads (H=${x.H}, HV=${layout.HV}) run expanded to H=${H} on the kernel ` +
+      `set ${set.name}, and there `
     : "";
-  return how + limit;
+  return how === "" ? limit : how + limit[0].toLowerCase() + limit.slice(1);
 }
 
 /**

@@ -93,7 +93,7 @@ export function gpuUnsupportedReason(
 /**
  * A snapshot of the gpu arm's state, for people and for leak checks.
  *
- * @returns Live buffers (pooled ones included), the buffer pool, host syncs so far (gpuSyncs),
+ * @returns Live buffers (pooled ones apart, in `pool`), the buffer pool, host syncs so far (gpuSyncs),
  *   the device status (with the adapter info), and the last device loss.
  *
  * @example
