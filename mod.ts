@@ -37,7 +37,14 @@ export {
   type StorageArray,
   type StorageDType,
 } from "./base/dtype.ts";
-export { DEFAULT_CONFIG, type KdaConfig } from "./kda/layer/config.ts";
+export {
+  DEFAULT_CONFIG,
+  DEFAULT_KIMI_CONFIG,
+  type KdaConfig,
+  type KimiConfig,
+  type KimiConfigInput,
+  type LayerConfig,
+} from "./kda/layer/config.ts";
 export {
   DEFAULT_CHUNK_SIZES,
   kda,
@@ -55,6 +62,10 @@ export {
   KdaModule,
   type KdaModuleRunOptions,
   type KdaModuleState,
+  type KdaModuleTapeResult,
+  KIMI_PARAMETER_TABLE,
+  type LayerGroup,
+  layerGroups,
   PARAMETER_TABLE,
   type ParameterInit,
   parameterNames,

@@ -3,7 +3,7 @@
 
 import { PARAMETER_TABLE } from "../kda/layer/parameters.ts";
 import type { Arm } from "../kda/_types.ts";
-import type { KdaConfig } from "../kda/layer/config.ts";
+import type { LayerConfig } from "../kda/layer/config.ts";
 import type { ComputeDType } from "../base/dtype.ts";
 import type { Seam, SeamCounts } from "../seam/seam.ts";
 import type { KdaRequest } from "../kda/op/arms.ts";
@@ -64,7 +64,7 @@ export interface ProofReport {
   referenceArm: Arm;
   fdArm: Arm;
   dtype: ComputeDType;
-  config: Readonly<KdaConfig>;
+  config: Readonly<LayerConfig>;
   dims: [number, number];
   groups: { missing: string[]; extra: string[] };
   loss: number;

@@ -4,7 +4,7 @@
 // Every group of the layer has a row: a gradient the file lacks is a failing row that names it.
 
 import { KdaModule, PARAMETER_TABLE } from "../kda/module.ts";
-import type { KdaConfig } from "../kda/layer/config.ts";
+import type { KdaConfig, LayerConfig } from "../kda/layer/config.ts";
 import type { Arm } from "../kda/_types.ts";
 import type { SafetensorsFile } from "../io/mod.ts";
 import { DTYPES, MEASURED_BAR_FACTOR } from "../base/dtype.ts";
@@ -48,7 +48,7 @@ export interface LayerCandidateReport {
   /** The arm that computed the f64 reference. */
   referenceArm: Arm;
   /** The layer's resolved config. */
-  config: Readonly<KdaConfig>;
+  config: Readonly<LayerConfig>;
   /** The output y. */
   output: LayerCandidateRow;
   /** One row per group of the layer, in table order. */
@@ -241,7 +241,7 @@ export async function checkLayerCandidate(
   // rounded when the precision was claimed, as stored when the file's dtypes gave it) with its
   // outputs rounded too.
   const f32 = DTYPES.f32.bars!;
-  let attainable: typeof exact | undefined;
+  let attainable: { y: Float64Array; grads: Map<string, Float64Array> } | undefined;
   if (choice.precision !== "f32") {
     const round = rounder(choice.precision);
     const r = (a: Float64Array) => choice.source === "option" ? a.map(round) : a;

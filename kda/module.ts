@@ -1,27 +1,17 @@
-// The KDA layer of docs/kda.md 2.4: projections, optional short convolution, the low-rank decay
-// path, the KDA op (through the seam), the gated RMSNorm and the output projection.
+// The layer's public surface (docs/kda.md 2.4, and the Kimi Linear form of 2.8): construction,
+// the argument checks, the tapes of vjp/forwardBackward/forwardOnTape/jvp, and the state across
+// calls. The forwards themselves are kda/layer/forward.ts and kda/layer/kimi.ts.
 
-import {
-  add,
-  alloc,
-  causalConv,
-  concat,
-  exp,
-  jvp,
-  l2norm,
-  linear,
-  mul,
-  reshape,
-  rmsnorm,
-  scale,
-  sigmoid,
-  silu,
-  slice,
-  Tape,
-  Tensor,
-} from "../tape/mod.ts";
+import { alloc, jvp, Tape, Tensor } from "../tape/mod.ts";
 import type { Arm, Float } from "./_types.ts";
-import { CONV_WIDTH, type KdaConfig, resolveConfig } from "./layer/config.ts";
+import {
+  CONV_WIDTH,
+  isKimi,
+  type KdaConfig,
+  type KimiConfigInput,
+  type LayerConfig,
+  resolveConfig,
+} from "./layer/config.ts";
 import { checkFloatArray } from "./op/_check.ts";
 import {
   checkKnownKeys,
@@ -30,17 +20,22 @@ import {
   checkPositiveInt,
   typeName,
 } from "../base/check.ts";
-import { runKda } from "./op/arms.ts";
-import { initialDraw, PARAMETER_TABLE } from "./layer/parameters.ts";
+import { initialDraw, layerGroups } from "./layer/parameters.ts";
+import { type ForwardResult, kdaForward, type KdaModuleState } from "./layer/forward.ts";
+import { kimiForward } from "./layer/kimi.ts";
 
 export {
+  KIMI_PARAMETER_TABLE,
+  type LayerGroup,
+  layerGroups,
   PARAMETER_TABLE,
   type ParameterInit,
   parameterNames,
   type ParameterSpec,
 } from "./layer/parameters.ts";
+export type { KdaModuleState } from "./layer/forward.ts";
 import { loadStateDict, type ShapedArray, type StateDict, stateDict } from "./layer/state_dict.ts";
-import { type ComputeDType, computeDtypeOf } from "../base/dtype.ts";
+import type { ComputeDType } from "../base/dtype.ts";
 
 /** Options of {@linkcode KdaModule.forward} and {@linkcode KdaModule.vjp}. */
 export interface KdaModuleRunOptions {
@@ -59,40 +54,24 @@ export interface KdaModuleRunOptions {
 
 const RUN_KEYS = ["arm", "strict", "quiet", "checkParameters"];
 
-/**
- * What a layer carries from one segment of a sequence to the next: the KDA state and, with the
- * short convolution, its cache. Run a long input in segments by passing each call's final state to
- * the next; the result equals running it whole.
- */
-export interface KdaModuleState<F extends Float = Float> {
-  /** The KDA state after the last token, [B, H, K, V]. */
-  kda: F;
+/** What {@linkcode KdaModule.forwardOnTape} returns. */
+export interface KdaModuleTapeResult {
+  /** The output [B, T, D], on the input's tape. */
+  y: Tensor;
   /**
-   * With the short convolution: the last CONV_WIDTH − 1 projected inputs of q, k and v before the
-   * convolution, oldest first, [B, 3, H·K] for q and k and [B, 3, H·V] for v.
+   * The parameter groups as variables of that tape, by group name (their values shared with the
+   * layer's): `tape.backward` gives their gradients keyed by these tensors.
    */
-  conv?: { q: F; k: F; v: F };
-}
-
-/** The last `n` rows of each batch entry of a [B, rows, width] array, zero-filled in front. */
-function lastRows(data: Float, B: number, rows: number, width: number, n: number): Float {
-  const out = alloc(computeDtypeOf(data), B * n * width);
-  for (let b = 0; b < B; b++) {
-    for (let r = 0; r < n; r++) {
-      const src = rows - n + r;
-      if (src < 0) continue;
-      out.set(
-        data.subarray((b * rows + src) * width, (b * rows + src + 1) * width),
-        (b * n + r) * width,
-      );
-    }
-  }
-  return out;
+  parameters: Map<string, Tensor>;
+  /** The state after the last token. */
+  state: KdaModuleState;
 }
 
 /**
- * The KDA layer: input `x` [B, T, D] to output [B, T, D], with 11 parameter groups (14 with the
- * short convolution), initialised reproducibly from `config.seed`.
+ * The KDA layer: input `x` [B, T, D] to output [B, T, D], initialised reproducibly from
+ * `config.seed`. The KDA form (docs/kda.md 2.4) has 11 parameter groups (14 with the short
+ * convolution); `form: "kimi"` builds flash-linear-attention's `KimiDeltaAttention` with fla's
+ * parameter names (docs/kda.md 2.8).
  *
  * @example Usage
  * ```ts
@@ -101,10 +80,17 @@ function lastRows(data: Float, B: number, rows: number, width: number, n: number
  * const x = new Float64Array(1 * 5 * 8).fill(0.1);
  * const y = await layer.forward(x, [1, 5], { arm: "cpu" });
  * ```
+ *
+ * @example A Kimi Linear layer with fla's names
+ * ```ts
+ * import { KdaModule } from "@deltanet/kda";
+ * const kimi = new KdaModule({ form: "kimi", dModel: 8, heads: 1, numVHeads: 2, keyDim: 4, valueDim: 4 });
+ * kimi.parameters().has("g_proj.1.bias"); // true
+ * ```
  */
 export class KdaModule {
   /** The resolved configuration. */
-  readonly config: Readonly<KdaConfig>;
+  readonly config: Readonly<LayerConfig>;
   /** The element type of the parameters and of every computation. */
   readonly dtype: ComputeDType;
   readonly #params: Map<string, Tensor>;
@@ -112,10 +98,14 @@ export class KdaModule {
   /**
    * Builds and initialises the layer.
    *
-   * @param config Fields to override in {@linkcode DEFAULT_CONFIG}.
+   * @param config Fields to override in {@linkcode DEFAULT_CONFIG}, or `form: "kimi"` and fields
+   *   to override in {@linkcode DEFAULT_KIMI_CONFIG}.
    * @param options `dtype`: "f64" (default) or "f32".
    */
-  constructor(config: Partial<KdaConfig> = {}, options: { dtype?: ComputeDType } = {}) {
+  constructor(
+    config: Partial<KdaConfig> | KimiConfigInput = {},
+    options: { dtype?: ComputeDType } = {},
+  ) {
     this.config = resolveConfig(config);
     checkKnownKeys("options", checkObject("options", options), ["dtype"]);
     const dtype = options.dtype ?? "f64";
@@ -128,20 +118,18 @@ export class KdaModule {
 
   #initialise(): Map<string, Tensor> {
     const params = new Map<string, Tensor>();
-    for (const p of PARAMETER_TABLE) {
-      if (p.conv && !this.config.shortConv) continue;
-      const shape = p.shape(this.config);
-      const data = alloc(this.dtype, shape.reduce((a, b) => a * b, 1));
+    for (const p of layerGroups(this.config)) {
+      const data = alloc(this.dtype, p.shape.reduce((a, b) => a * b, 1));
       const draw = initialDraw(p.init, this.config.seed, p.name);
       for (let i = 0; i < data.length; i++) data[i] = draw();
-      params.set(p.name, new Tensor(data, shape));
+      params.set(p.name, new Tensor(data, p.shape));
     }
     return params;
   }
 
   /**
-   * Copies of the parameter groups by name, in table order (see kda/state_dict.ts for saving them
-   * as safetensors).
+   * Copies of the parameter groups by name, in table order (see kda/layer/state_dict.ts for saving
+   * them as safetensors).
    *
    * @returns A new map from group name to a copy of its values.
    *
@@ -174,7 +162,7 @@ export class KdaModule {
    */
   static fromStateDict(
     dict: Map<string, Float | ShapedArray> | Record<string, Float | ShapedArray>,
-    config: Partial<KdaConfig> = {},
+    config: Partial<KdaConfig> | KimiConfigInput = {},
     options: { dtype?: ComputeDType } = {},
   ): KdaModule {
     const layer = new KdaModule(config, options);
@@ -183,8 +171,8 @@ export class KdaModule {
   }
 
   /**
-   * The parameter groups by name (11, or 14 with the short conv). The tensors are live: writing
-   * to their `data` changes the layer.
+   * The parameter groups by name (11, or 14 with the short conv, in the KDA form; fla's groups in
+   * the Kimi form). The tensors are live: writing to their `data` changes the layer.
    *
    * @returns A map from group name to its tensor.
    */
@@ -223,86 +211,25 @@ export class KdaModule {
     return o;
   }
 
-  /** The forward of docs/kda.md 2.4 with the given parameter tensors (constants or on a tape). */
-  async #run(
-    x: Float64Array | Float32Array,
+  /** The form's forward with the given input and parameter tensors (constants or on a tape). */
+  #run(
+    x: Tensor,
     [B, T]: [number, number],
     params: Map<string, Tensor>,
     options: KdaModuleRunOptions,
     state?: KdaModuleState,
     decode = false,
-  ): Promise<{ y: Tensor; state: KdaModuleState }> {
-    const { dModel: D, heads: H, keyDim: K, valueDim: V, shortConv, minDecay, chunkSize } =
-      this.config;
-    const w = (name: string) => params.get(name)!;
-    const rows = new Tensor(x, [B * T, D]);
-
-    // q, k, v: projection, optional causal short conv, then SiLU. A given conv cache stands for
-    // the CONV_WIDTH − 1 inputs before t = 0 (zeros when there is none).
-    const W1 = CONV_WIDTH - 1;
-    const caches: Record<string, Float> = {};
-    const branch = (proj: string, conv: string, width: number, which: "q" | "k" | "v") => {
-      let u = linear(rows, w(proj));
-      if (shortConv) {
-        const u3 = reshape(u, [B, T, width]);
-        const cache = state?.conv?.[which];
-        const full = cache === undefined ? u3 : concat([new Tensor(cache, [B, W1, width]), u3], 1);
-        const convolved = causalConv(full, w(conv));
-        u = reshape(
-          cache === undefined ? convolved : slice(convolved, 1, { start: W1, end: W1 + T }),
-          [B * T, width],
-        );
-        caches[which] = lastRows(full.data, B, full.shape[1], width, W1);
-      }
-      return silu(u);
-    };
-    // per-head L2 normalisation of q and k
-    const perHead = (u: Tensor) => reshape(l2norm(reshape(u, [B * T * H, K])), [B, T, H, K]);
-    const q = perHead(branch("q_proj.weight", "q_conv_w", H * K, "q"));
-    const k = perHead(branch("k_proj.weight", "k_conv_w", H * K, "k"));
-    const v = reshape(branch("v_proj.weight", "v_conv_w", H * V, "v"), [B, T, H, V]);
-
-    // decay: g = ln(minDecay) · sigmoid(exp(a_log[h]) · (W_up W_down x + b_alpha))
-    const z = add(
-      linear(linear(rows, w("decay.w_down.weight")), w("decay.w_up.weight")),
-      w("decay.b_alpha"),
-    );
-    const sharpness = reshape(exp(w("decay.a_log")), [H, 1]);
-    const g = reshape(
-      scale(sigmoid(mul(reshape(z, [B * T, H, K]), sharpness)), Math.log(minDecay)),
-      [B, T, H, K],
-    );
-    const beta = reshape(sigmoid(linear(rows, w("beta_proj.weight"))), [B, T, H]);
-
-    const h0 = state === undefined ? undefined : new Tensor(state.kda, [B, H, K, V]);
-    const { o, ht } = await runKda({ q, k, v, g, beta, h0 }, {
+  ): Promise<ForwardResult> {
+    const run = {
+      x,
       B,
       T,
-      H,
-      K,
-      V,
-      scale: K ** -0.5,
-      chunkSize,
-      // a decode call runs the plain recurrence (kdaStep's path, docs/kda.md 2.7)
-      ...(decode ? { step: true } : {}),
-    }, {
-      arm: options.arm,
-      strict: options.strict,
-      quiet: options.quiet,
-    });
-
-    // y = RMSNorm_V(o) ⊙ o_norm_w ⊙ sigmoid(x W_gateᵀ), then the output projection
-    const normed = reshape(rmsnorm(reshape(o, [B * T * H, V]), { eps: 1e-5 }), [B * T, H, V]);
-    const gate = reshape(sigmoid(linear(rows, w("o_gate.weight"))), [B * T, H, V]);
-    const gated = mul(mul(normed, w("o_norm_w")), gate);
-    const y = reshape(linear(reshape(gated, [B * T, H * V]), w("o_proj.weight")), [B, T, D]);
-    return {
-      y,
-      state: {
-        kda: ht.data,
-        ...(shortConv ? { conv: { q: caches.q, k: caches.k, v: caches.v } } : {}),
-      },
+      params,
+      state,
+      dispatch: { arm: options.arm, strict: options.strict, quiet: options.quiet },
+      decode,
     };
+    return isKimi(this.config) ? kimiForward(this.config, run) : kdaForward(this.config, run);
   }
 
   /**
@@ -320,36 +247,107 @@ export class KdaModule {
   ): Promise<F> {
     const [B, T] = this.#checkInput(x, dims);
     const checked = this.#checkOptions(options);
-    return (await this.#run(x, [B, T], this.#params, checked)).y.data as F;
+    const input = new Tensor(x, [B, T, this.config.dModel]);
+    return (await this.#run(input, [B, T], this.#params, checked)).y.data as F;
   }
 
   /**
-   * Forward, then backward with cotangent `dy`: the output and the gradient of every group.
+   * Forward, then backward with cotangent `dy`: the output, the gradient of every group and the
+   * gradient of the input.
    *
    * @param x Input [B, T, D], of the layer's dtype.
    * @param dims `[B, T]`.
    * @param dy Cotangent of the output, [B, T, D].
    * @param options `arm`, `strict`, `quiet`, `checkParameters`.
-   * @returns The output `y` and `grads` keyed by group name (zeros for a group nothing reached),
-   *   of the input's element type.
+   * @returns The output `y`, `grads` keyed by group name (zeros for a group nothing reached) and
+   *   `dx` [B, T, D], of the input's element type.
+   *
+   * @example The gradient of the input
+   * ```ts
+   * import { KdaModule } from "@deltanet/kda";
+   * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
+   * const x = new Float64Array(1 * 5 * 8).map((_, i) => Math.sin(i));
+   * const { dx } = await layer.vjp(x, [1, 5], x, { arm: "cpu" });
+   * if (dx.length !== x.length) throw new Error("dx has the input's shape");
+   * ```
    */
   async vjp<F extends Float>(
     x: F,
     dims: [number, number],
     dy: F,
     options: KdaModuleRunOptions = {},
-  ): Promise<{ y: F; grads: Map<string, F> }> {
+  ): Promise<{ y: F; grads: Map<string, F>; dx: F }> {
     const [B, T] = this.#checkInput(x, dims);
     checkFloatArray("dy", dy, B * T * this.config.dModel, this.dtype, "[B, T, D]");
     const checked = this.#checkOptions(options);
     const tape = new Tape(this.dtype);
     try {
+      const input = tape.variable(x, [B, T, this.config.dModel]);
       const params = this.#variables(tape);
-      const { y } = await this.#run(x, [B, T], params, checked);
-      return { y: y.data as F, grads: this.#gradients<F>(await tape.backward(y, dy), params) };
+      const { y } = await this.#run(input, [B, T], params, checked);
+      const byTensor = await tape.backward(y, dy);
+      return {
+        y: y.data as F,
+        grads: this.#gradients<F>(byTensor, params),
+        dx: (byTensor.get(input) ?? alloc(this.dtype, x.length)) as F,
+      };
     } finally {
       tape.dispose();
     }
+  }
+
+  /**
+   * The layer's forward recorded on the tape of `x`, for models built of several layers on one
+   * tape (an embedding, layers in sequence, residual sums, a head and a loss): the parameter groups
+   * enter that tape as variables, and `tape.backward` of anything built on `y` reaches them and
+   * everything upstream of `x`. Each call makes its own variables, so a layer applied twice on one
+   * tape has two gradients to add.
+   *
+   * @param x Input [B, T, D] of the layer's dtype, on a tape (a variable, or built by tape ops on
+   *   one).
+   * @param options `state` (default: zeros), and `arm`, `strict`, `quiet`, `checkParameters`.
+   * @returns `y` on the tape, the `parameters` as that tape's variables, and the final `state`.
+   *
+   * @example Two layers and a loss on one tape
+   * ```ts
+   * import { KdaModule } from "@deltanet/kda";
+   * import { add, mul, reshape, sum, Tape } from "@deltanet/kda/tape";
+   * const config = { dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 };
+   * const [first, second] = [new KdaModule({ ...config, seed: 1 }), new KdaModule({ ...config, seed: 2 })];
+   * const tape = new Tape("f64");
+   * const x = tape.variable(new Float64Array(1 * 5 * 8).map((_, i) => Math.sin(i)), [1, 5, 8]);
+   * const h = add(x, (await first.forwardOnTape(x, { arm: "cpu" })).y); // a residual sum
+   * const top = await second.forwardOnTape(h, { arm: "cpu" });
+   * const flat = reshape(top.y, [top.y.size]);
+   * const grads = await tape.backward(sum(mul(flat, flat), 0));
+   * const dW = grads.get(top.parameters.get("o_proj.weight")!); // and grads.get(x), the input's
+   * tape.dispose();
+   * if (dW === undefined) throw new Error("the second layer's o_proj got a gradient");
+   * ```
+   */
+  async forwardOnTape(
+    x: Tensor,
+    options: KdaModuleRunOptions & { state?: KdaModuleState } = {},
+  ): Promise<KdaModuleTapeResult> {
+    if (!(x instanceof Tensor)) {
+      throw new TypeError(`x must be a Tensor [B, T, D] on a tape: got ${typeName(x)}`);
+    }
+    const D = this.config.dModel;
+    if (x.shape.length !== 3 || x.shape[2] !== D || x.shape[0] < 1 || x.shape[1] < 1) {
+      throw new RangeError(`x must have shape [B, T, ${D}]: got [${x.shape.join(", ")}]`);
+    }
+    if (x.tape === undefined) {
+      throw new TypeError(
+        "x must be on a tape (tape.variable(...) or a tape op's result): got a constant tensor",
+      );
+    }
+    const [B, T] = this.#checkInput(x.data, [x.shape[0], x.shape[1]]);
+    const { state, ...rest } = checkObject("options", options) as typeof options;
+    const initial = this.#checkState(state, B);
+    const checked = this.#checkOptions(rest);
+    const params = this.#variables(x.tape);
+    const out = await this.#run(x, [B, T], params, checked, initial);
+    return { y: out.y, parameters: params, state: out.state };
   }
 
   /** The parameter groups as variables on `tape`. */
@@ -371,13 +369,49 @@ export class KdaModule {
     return grads;
   }
 
+  /** The state's shapes under this config: the KDA state, and each conv cache (or none). */
+  #stateShapes(
+    B: number,
+  ): { kda: [number, string]; conv?: Record<"q" | "k" | "v", [number, string]> } {
+    const c = this.config;
+    if (isKimi(c)) {
+      const { heads: H, numVHeads: HV, keyDim: K, valueDim: V, convSize: W } = c;
+      return {
+        kda: [B * HV * K * V, c.stateVFirst ? "[B, HV, V, K]" : "[B, HV, K, V]"],
+        ...(c.shortConv
+          ? {
+            conv: {
+              q: [B * H * K * W, "[B, H·K, W]"],
+              k: [B * H * K * W, "[B, H·K, W]"],
+              v: [B * HV * V * W, "[B, HV·V, W]"],
+            },
+          }
+          : {}),
+      };
+    }
+    const { heads: H, keyDim: K, valueDim: V } = c;
+    const W1 = CONV_WIDTH - 1;
+    return {
+      kda: [B * H * K * V, "[B, H, K, V]"],
+      ...(c.shortConv
+        ? {
+          conv: {
+            q: [B * W1 * H * K, "[B, 3, H·K]"],
+            k: [B * W1 * H * K, "[B, 3, H·K]"],
+            v: [B * W1 * H * V, "[B, 3, H·V]"],
+          },
+        }
+        : {}),
+    };
+  }
+
   #checkState(state: unknown, B: number): KdaModuleState | undefined {
     if (state === undefined) return undefined;
     const st = checkObject("options.state", state);
     checkKnownKeys("options.state", st, ["kda", "conv"]);
-    const { heads: H, keyDim: K, valueDim: V, shortConv } = this.config;
-    checkFloatArray("options.state.kda", st.kda, B * H * K * V, this.dtype, "[B, H, K, V]");
-    if (!shortConv) {
+    const shapes = this.#stateShapes(B);
+    checkFloatArray("options.state.kda", st.kda, shapes.kda[0], this.dtype, shapes.kda[1]);
+    if (shapes.conv === undefined) {
       if (st.conv !== undefined) {
         throw new TypeError(
           "options.state.conv must be absent without the short conv: got a cache",
@@ -387,11 +421,14 @@ export class KdaModule {
     }
     const conv = checkObject("options.state.conv", st.conv);
     checkKnownKeys("options.state.conv", conv, ["q", "k", "v"]);
-    const W1 = CONV_WIDTH - 1;
-    checkFloatArray("options.state.conv.q", conv.q, B * W1 * H * K, this.dtype, "[B, 3, H·K]");
-    checkFloatArray("options.state.conv.k", conv.k, B * W1 * H * K, this.dtype, "[B, 3, H·K]");
-    checkFloatArray("options.state.conv.v", conv.v, B * W1 * H * V, this.dtype, "[B, 3, H·V]");
-    return { kda: st.kda, conv: { q: conv.q, k: conv.k, v: conv.v } };
+    for (const s of ["q", "k", "v"] as const) {
+      const [n, text] = shapes.conv[s];
+      checkFloatArray(`options.state.conv.${s}`, conv[s], n, this.dtype, text);
+    }
+    return {
+      kda: st.kda,
+      conv: { q: conv.q as Float, k: conv.k as Float, v: conv.v as Float },
+    };
   }
 
   /**
@@ -425,7 +462,8 @@ export class KdaModule {
     const { state, ...rest } = checkObject("options", options) as typeof options;
     const initial = this.#checkState(state, B);
     const checked = this.#checkOptions(rest);
-    const out = await this.#run(x, [B, T], this.#params, checked, initial);
+    const input = new Tensor(x, [B, T, this.config.dModel]);
+    const out = await this.#run(input, [B, T], this.#params, checked, initial);
     return { y: out.y.data as F, state: out.state as KdaModuleState<F> };
   }
 
@@ -477,7 +515,8 @@ export class KdaModule {
     this.#checkInput(x, [B, T]);
     const initial = this.#checkState(state, B);
     const checked = this.#checkOptions(rest);
-    const out = await this.#run(x, [B, T], this.#params, checked, initial, true);
+    const input = new Tensor(x, [B, T, D]);
+    const out = await this.#run(input, [B, T], this.#params, checked, initial, true);
     return { y: out.y.data as F, state: out.state as KdaModuleState<F> };
   }
 
@@ -490,7 +529,7 @@ export class KdaModule {
    * @param dims `[B, T]`.
    * @param lossFn The loss of the output.
    * @param options `arm`, `strict`, `quiet`, `checkParameters`.
-   * @returns The output, the loss and the gradient of every group.
+   * @returns The output, the loss, the gradient of every group and the gradient `dx` of the input.
    *
    * @example Mean squared output
    * ```ts
@@ -509,7 +548,7 @@ export class KdaModule {
     dims: [number, number],
     lossFn: (y: Tensor) => Tensor | Promise<Tensor>,
     options: KdaModuleRunOptions = {},
-  ): Promise<{ y: F; loss: number; grads: Map<string, F> }> {
+  ): Promise<{ y: F; loss: number; grads: Map<string, F>; dx: F }> {
     const [B, T] = this.#checkInput(x, dims);
     if (typeof lossFn !== "function") {
       throw new TypeError(
@@ -519,8 +558,9 @@ export class KdaModule {
     const checked = this.#checkOptions(options);
     const tape = new Tape(this.dtype);
     try {
+      const input = tape.variable(x, [B, T, this.config.dModel]);
       const params = this.#variables(tape);
-      const { y } = await this.#run(x, [B, T], params, checked);
+      const { y } = await this.#run(input, [B, T], params, checked);
       const loss = await lossFn(y);
       if (!(loss instanceof Tensor) || loss.size !== 1 || loss.tape !== tape) {
         throw new TypeError(
@@ -530,8 +570,10 @@ export class KdaModule {
               : typeName(loss)),
         );
       }
-      const grads = this.#gradients<F>(await tape.backward(loss), params);
-      return { y: y.data as F, loss: loss.data[0], grads };
+      const byTensor = await tape.backward(loss);
+      const grads = this.#gradients<F>(byTensor, params);
+      const dx = (byTensor.get(input) ?? alloc(this.dtype, x.length)) as F;
+      return { y: y.data as F, loss: loss.data[0], grads, dx };
     } finally {
       tape.dispose();
     }
@@ -539,12 +581,14 @@ export class KdaModule {
 
   /**
    * Forward mode: the output and its exact directional derivative along tangents of some groups
-   * (groups left out have a zero tangent). Runs on the `ops` arm, the one built from tape ops that
-   * all have forward-mode rules, so the result has no step and no resolution floor.
+   * and of the input (the key `x`; groups and an input left out have a zero tangent). Runs on the
+   * `ops` arm, the one built from tape ops that all have forward-mode rules, so the result has no
+   * step and no resolution floor.
    *
    * @param x Input [B, T, D], of the layer's dtype.
    * @param dims `[B, T]`.
-   * @param tangents A direction per group name, each of that group's size.
+   * @param tangents A direction per group name, each of that group's size, and optionally one for
+   *   the input under the key `x` ([B, T, D]).
    * @returns The output `y` and its tangent `dy`, both [B, T, D].
    *
    * @example Usage
@@ -552,7 +596,7 @@ export class KdaModule {
    * import { KdaModule } from "@deltanet/kda";
    * const layer = new KdaModule({ dModel: 4, heads: 1, keyDim: 2, valueDim: 2, decayRank: 1 });
    * const x = new Float64Array(1 * 3 * 4).fill(0.1);
-   * const u = new Map([["o_norm_w", new Float64Array(2).fill(1)]]);
+   * const u = new Map([["o_norm_w", new Float64Array(2).fill(1)], ["x", x.map(() => 1)]]);
    * const { dy } = await layer.jvp(x, [1, 3], u);
    * ```
    */
@@ -564,27 +608,37 @@ export class KdaModule {
     const [B, T] = this.#checkInput(x, dims);
     if (!(tangents instanceof Map)) {
       throw new TypeError(
-        `tangents must be a Map of group name to array: got ${typeName(tangents)}`,
+        `tangents must be a Map of group name (or x) to array: got ${typeName(tangents)}`,
       );
     }
     for (const [name, u] of tangents) {
+      if (name === "x") {
+        checkFloatArray("tangents x", u, x.length, this.dtype, "[B, T, D]");
+        continue;
+      }
       const p = this.#params.get(name);
       if (p === undefined) {
         throw new RangeError(
-          `tangents has no group ${name}: expected one of ${[...this.#params.keys()].join(", ")}`,
+          `tangents has no group ${name}: expected x or one of ${
+            [...this.#params.keys()].join(", ")
+          }`,
         );
       }
       checkFloatArray(`tangents ${name}`, u, p.size, this.dtype, `[${p.shape.join(", ")}]`);
     }
     this.#checkOptions({});
     const names = [...this.#params.keys()];
-    const primals = names.map((n) => this.#params.get(n)!);
-    const directions = names.map((n) =>
-      tangents.get(n) ?? alloc(this.dtype, this.#params.get(n)!.size)
-    );
+    const primals = [
+      new Tensor(x, [B, T, this.config.dModel]),
+      ...names.map((n) => this.#params.get(n)!),
+    ];
+    const directions = [
+      tangents.get("x") ?? alloc(this.dtype, x.length),
+      ...names.map((n) => tangents.get(n) ?? alloc(this.dtype, this.#params.get(n)!.size)),
+    ];
     const { outputs: [y], tangents: [dy] } = await jvp(
-      (...ps: Tensor[]) =>
-        this.#run(x, [B, T], new Map(names.map((n, i) => [n, ps[i]])), {
+      (input: Tensor, ...ps: Tensor[]) =>
+        this.#run(input, [B, T], new Map(names.map((n, i) => [n, ps[i]])), {
           arm: "ops",
           strict: true,
         }).then((r) => r.y),

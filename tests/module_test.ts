@@ -76,7 +76,7 @@ Deno.test("KdaModule.parameters() has exactly the 11 groups of docs/kda.md 2.4 (
   for (const config of configs) {
     for (const shortConv of [false, true]) {
       const m = new KdaModule({ ...config, shortConv });
-      const { dModel: D, heads: H, keyDim: K, valueDim: V, decayRank: R } = m.config;
+      const { dModel: D, heads: H, keyDim: K, valueDim: V, decayRank: R } = m.config as KdaConfig;
       const params = m.parameters();
       const expected = shortConv ? NAMES_14 : NAMES_11;
       assert.deepEqual([...params.keys()], expected, `names, shortConv ${shortConv}`);
@@ -333,8 +333,8 @@ Deno.test("KdaModule.forward() output equals vjp()'s y bit for bit on the cpu an
 
 /** docs/kda.md 2.4's forward, loop by loop in f64, on the module's parameters. */
 function referenceForward(m: KdaModule, x: Float64Array, B: number, T: number): Float64Array {
-  const { dModel: D, heads: H, keyDim: K, valueDim: V, decayRank: R, minDecay, shortConv } =
-    m.config;
+  const { dModel: D, heads: H, keyDim: K, valueDim: V, decayRank: R, minDecay, shortConv } = m
+    .config as KdaConfig;
   const p = (name: string) => m.parameters().get(name)!.data;
   const N = B * T;
   const linear = (inp: Float64Array, inDim: number, w: ArrayLike<number>, outDim: number) => {

@@ -1,42 +1,45 @@
-// The layer's parameter groups (docs/kda.md 2.4): one table of name, shape from the config,
-// initialisation and role, which drives construction, KdaModule.parameters() and the tests.
+// The layer's parameter groups: one table per form (docs/kda.md 2.4 for the KDA layer, 2.8 for
+// Kimi Linear, whose names and shapes are flash-linear-attention's) of name, shape from the
+// config, initialisation and role, which drives construction, KdaModule.parameters() and the tests.
 
-import type { KdaConfig } from "./config.ts";
-import { CONV_WIDTH } from "./config.ts";
+import { CONV_WIDTH, isKimi, type KdaConfig, type KimiConfig, type LayerConfig } from "./config.ts";
 import { mulberry32, normal, subSeed } from "./_random.ts";
 
 /** How a parameter group is initialised (docs/kda.md 2.4). */
-export type ParameterInit = "normal" | "aLog" | "bAlpha" | "ones";
+export type ParameterInit = "normal" | "aLog" | "bAlpha" | "ones" | "zeros";
 
 /** One parameter group: its name, its shape from the config, its initialisation and its role. */
-export interface ParameterSpec {
+export interface ParameterSpec<C = KdaConfig> {
   /** The group's name. */
   readonly name: string;
   /** Its shape under a config. */
-  readonly shape: (c: Readonly<KdaConfig>) => number[];
+  readonly shape: (c: Readonly<C>) => number[];
   /** How it is initialised. */
   readonly init: ParameterInit;
   /** Whether the group exists only with the short convolution. */
   readonly conv: boolean;
+  /** Whether the group exists only with the short convolution's bias (Kimi form: `convBias`). */
+  readonly bias: boolean;
   /** Whether it acts after the KDA op (its gradient does not flow through the op). */
   readonly afterOp: boolean;
   /** What it does. */
   readonly role: string;
 }
 
-function spec(
+function spec<C = KdaConfig>(
   name: string,
-  shape: (c: Readonly<KdaConfig>) => number[],
+  shape: (c: Readonly<C>) => number[],
   init: ParameterInit,
   role: string,
-  flags: { conv?: boolean; afterOp?: boolean } = {},
-): ParameterSpec {
+  flags: { conv?: boolean; bias?: boolean; afterOp?: boolean } = {},
+): ParameterSpec<C> {
   return Object.freeze({
     name,
     shape,
     init,
     role,
-    conv: flags.conv ?? false,
+    conv: flags.conv ?? flags.bias ?? false,
+    bias: flags.bias ?? false,
     afterOp: flags.afterOp ?? false,
   });
 }
@@ -83,6 +86,120 @@ export const PARAMETER_TABLE: readonly ParameterSpec[] = Object.freeze([
   }),
 ]);
 
+// Kimi Linear's groups in fla's shapes (H query/key heads, HV value heads, W = convSize).
+const HK = (c: Readonly<KimiConfig>) => c.heads * c.keyDim;
+const HVV = (c: Readonly<KimiConfig>) => c.numVHeads * c.valueDim;
+const HVK = (c: Readonly<KimiConfig>) => c.numVHeads * c.keyDim;
+const kimiConv = (s: "q" | "k" | "v", width: (c: Readonly<KimiConfig>) => number) => [
+  spec<KimiConfig>(
+    `${s}_conv1d.weight`,
+    (c) => [width(c), 1, c.convSize],
+    "normal",
+    `${s} short conv`,
+    { conv: true },
+  ),
+  spec<KimiConfig>(`${s}_conv1d.bias`, (c) => [width(c)], "zeros", `${s} short conv bias`, {
+    bias: true,
+  }),
+];
+
+/**
+ * The Kimi Linear form's parameter groups (docs/kda.md 2.8): flash-linear-attention's
+ * `KimiDeltaAttention` names and shapes, in the order its constructor makes them. The conv groups
+ * exist with `shortConv`, their biases with `convBias` too; `A_log` starts at 0 with `safeGate`.
+ *
+ * @example Usage
+ * ```ts
+ * import { KIMI_PARAMETER_TABLE } from "@deltanet/kda";
+ * KIMI_PARAMETER_TABLE.filter((p) => !p.conv).length; // 13
+ * ```
+ */
+export const KIMI_PARAMETER_TABLE: readonly ParameterSpec<KimiConfig>[] = Object.freeze([
+  spec<KimiConfig>("q_proj.weight", (c) => [HK(c), c.dModel], "normal", "query projection"),
+  spec<KimiConfig>("k_proj.weight", (c) => [HK(c), c.dModel], "normal", "key projection"),
+  spec<KimiConfig>("v_proj.weight", (c) => [HVV(c), c.dModel], "normal", "value projection"),
+  ...kimiConv("q", HK),
+  ...kimiConv("k", HK),
+  ...kimiConv("v", HVV),
+  spec<KimiConfig>("f_proj.0.weight", (c) => [c.valueDim, c.dModel], "normal", "gate, D to V"),
+  spec<KimiConfig>("f_proj.1.weight", (c) => [HVK(c), c.valueDim], "normal", "gate, V to HV·K"),
+  spec<KimiConfig>("b_proj.weight", (c) => [c.numVHeads, c.dModel], "normal", "write strength"),
+  spec<KimiConfig>("A_log", (c) => [c.numVHeads], "aLog", "per value head gate scale (log)"),
+  spec<KimiConfig>("dt_bias", (c) => [HVK(c)], "bAlpha", "per-channel gate bias"),
+  spec<KimiConfig>(
+    "g_proj.0.weight",
+    (c) => [c.valueDim, c.dModel],
+    "normal",
+    "output gate, D to V",
+    {
+      afterOp: true,
+    },
+  ),
+  spec<KimiConfig>(
+    "g_proj.1.weight",
+    (c) => [HVV(c), c.valueDim],
+    "normal",
+    "output gate, V to HV·V",
+    {
+      afterOp: true,
+    },
+  ),
+  spec<KimiConfig>("g_proj.1.bias", (c) => [HVV(c)], "zeros", "output gate bias", {
+    afterOp: true,
+  }),
+  spec<KimiConfig>("o_norm.weight", (c) => [c.valueDim], "ones", "output RMSNorm weight", {
+    afterOp: true,
+  }),
+  spec<KimiConfig>("o_proj.weight", (c) => [c.dModel, HVV(c)], "normal", "output projection", {
+    afterOp: true,
+  }),
+]);
+
+/** One parameter group of a layer, resolved under its config. */
+export interface LayerGroup {
+  /** The group's name. */
+  readonly name: string;
+  /** Its shape. */
+  readonly shape: number[];
+  /** How it is initialised under this config. */
+  readonly init: ParameterInit;
+  /** Whether it acts after the KDA op. */
+  readonly afterOp: boolean;
+  /** What it does. */
+  readonly role: string;
+}
+
+/**
+ * The parameter groups a config gives, in table order, with their shapes and initialisation:
+ * {@linkcode PARAMETER_TABLE} for the KDA form, {@linkcode KIMI_PARAMETER_TABLE} for Kimi Linear.
+ *
+ * @param config A resolved config of either form.
+ * @returns The groups.
+ *
+ * @example Usage
+ * ```ts
+ * import { DEFAULT_CONFIG, layerGroups } from "@deltanet/kda";
+ * layerGroups(DEFAULT_CONFIG).length; // 11
+ * ```
+ */
+export function layerGroups(config: Readonly<LayerConfig>): LayerGroup[] {
+  const resolve = <C>(p: ParameterSpec<C>, c: Readonly<C>, init: ParameterInit): LayerGroup => ({
+    name: p.name,
+    shape: p.shape(c),
+    init,
+    afterOp: p.afterOp,
+    role: p.role,
+  });
+  if (isKimi(config)) {
+    return KIMI_PARAMETER_TABLE
+      .filter((p) => (config.shortConv || !p.conv) && (config.convBias || !p.bias))
+      .map((p) => resolve(p, config, p.name === "A_log" && config.safeGate ? "zeros" : p.init));
+  }
+  return PARAMETER_TABLE.filter((p) => config.shortConv || !p.conv).map((p) =>
+    resolve(p, config, p.init)
+  );
+}
+
 /**
  * The parameter group names in table order, without and with the short conv.
  *
@@ -116,5 +233,7 @@ export function initialDraw(init: ParameterInit, seed: number, name: string): ()
     }
     case "ones":
       return () => 1;
+    case "zeros":
+      return () => 0;
   }
 }
