@@ -1,9 +1,9 @@
 // What a proof of the KDA layer reports, and the groups it expects: the shared vocabulary of the
 // proof (prove.ts), its diagnosis (diagnose.ts), its printout (report.ts) and its mutants.
 
-import { PARAMETER_TABLE } from "../kda/layer/parameters.ts";
+import { KIMI_PARAMETER_TABLE, PARAMETER_TABLE } from "../kda/layer/parameters.ts";
 import type { Arm } from "../kda/_types.ts";
-import type { LayerConfig } from "../kda/layer/config.ts";
+import { isKimi, type LayerConfig } from "../kda/layer/config.ts";
 import type { ComputeDType } from "../base/dtype.ts";
 import type { Seam, SeamCounts } from "../seam/seam.ts";
 import type { KdaRequest } from "../kda/op/arms.ts";
@@ -33,6 +33,75 @@ export const CONV_GROUPS: readonly string[] = ["q_conv_w", "k_conv_w", "v_conv_w
 export const DOWNSTREAM_GROUPS: readonly string[] = PARAMETER_TABLE.filter((p) => p.afterOp).map((
   p,
 ) => p.name);
+
+/**
+ * The Kimi Linear form's groups (fla's `KimiDeltaAttention`, docs/kda.md 2.8), spelled out, in
+ * the order of fla's constructor: without the short convolution.
+ */
+export const KIMI_EXPECTED_GROUPS: readonly string[] = [
+  "q_proj.weight",
+  "k_proj.weight",
+  "v_proj.weight",
+  "f_proj.0.weight",
+  "f_proj.1.weight",
+  "b_proj.weight",
+  "A_log",
+  "dt_bias",
+  "g_proj.0.weight",
+  "g_proj.1.weight",
+  "g_proj.1.bias",
+  "o_norm.weight",
+  "o_proj.weight",
+];
+
+/** The Kimi form's short-convolution groups, and their biases (with `convBias`). */
+export const KIMI_CONV_GROUPS: readonly string[] = [
+  "q_conv1d.weight",
+  "k_conv1d.weight",
+  "v_conv1d.weight",
+];
+
+/** The Kimi form's short-convolution biases (with `convBias`). */
+export const KIMI_CONV_BIAS_GROUPS: readonly string[] = [
+  "q_conv1d.bias",
+  "k_conv1d.bias",
+  "v_conv1d.bias",
+];
+
+/** The Kimi form's groups after the KDA op. */
+const KIMI_DOWNSTREAM: readonly string[] = KIMI_PARAMETER_TABLE.filter((p) => p.afterOp).map((
+  p,
+) => p.name);
+
+/**
+ * The groups a layer of this config must have (from the lists above, not from the layer's table).
+ *
+ * @param config A resolved config.
+ * @returns The group names.
+ */
+export function expectedGroups(config: Readonly<LayerConfig>): string[] {
+  if (isKimi(config)) {
+    return [
+      ...KIMI_EXPECTED_GROUPS,
+      ...(config.shortConv ? KIMI_CONV_GROUPS : []),
+      ...(config.shortConv && config.convBias ? KIMI_CONV_BIAS_GROUPS : []),
+    ];
+  }
+  return [...EXPECTED_GROUPS, ...(config.shortConv ? CONV_GROUPS : [])];
+}
+
+/**
+ * The groups of this config's layer that act after the KDA op.
+ *
+ * @param config A resolved config.
+ * @returns The group names.
+ */
+export function downstreamGroups(config: Readonly<LayerConfig>): readonly string[] {
+  return isKimi(config) ? KIMI_DOWNSTREAM : DOWNSTREAM_GROUPS;
+}
+
+/** The name of the input's row in a proof. */
+export const INPUT_ROW = "x";
 
 /** A planted defect: a seam derived from the KDA seam (checks/mutants.ts) that carries it. */
 export interface PlantedDefect {
@@ -70,6 +139,11 @@ export interface ProofReport {
   loss: number;
   lossScale: number;
   rows: GroupRow[];
+  /**
+   * The input's row (named x): its gradient dx checked as a group's is. x reaches the output
+   * through the op and around it (the output gate reads x too).
+   */
+  input: GroupRow;
   forward: { rel: number; tol: number; ok: boolean };
   gradTol: number;
   directionalTol: number;

@@ -21,7 +21,8 @@
 import { parseArgs } from "node:util";
 import { computeDtypeOf } from "../base/dtype.ts";
 import type { Arm, Float } from "../kda/_types.ts";
-import type { KdaConfig } from "../kda/layer/config.ts";
+import { type KdaConfig, type KimiConfigInput, resolveConfig } from "../kda/layer/config.ts";
+import { layerGroups } from "../kda/layer/parameters.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
 import { type ProofOptions, provenRun, runProof } from "./prove.ts";
 import { cellText, failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
@@ -41,7 +42,8 @@ Flags:
   --shape B,T         the input's batch and length (default 2,256: the trainer shape); above
                       2048 tokens central differences are sampled (one coordinate a group) and
                       the exact directional checks carry the proof
-  --config FILE       a JSON object of KdaConfig fields to override
+  --config FILE       a JSON object of KdaConfig fields to override, or of a Kimi Linear layer
+                      ({"form": "kimi", ...}: fla's KimiDeltaAttention, docs/kda.md 2.8)
   --repeat N          N reruns in this process plus one in a second process, compared bit for bit
   --mutants           also plant each of the 9 defects and check that the proof catches each one
                       with its expected diagnosis (prints the kill table)
@@ -85,8 +87,11 @@ function parseShape(text: string | undefined): [number, number] | undefined {
   return [parts[0], parts[1]];
 }
 
-async function readConfig(path: string | undefined, conv: boolean): Promise<Partial<KdaConfig>> {
-  let config: Partial<KdaConfig> = {};
+async function readConfig(
+  path: string | undefined,
+  conv: boolean,
+): Promise<Partial<KdaConfig> | KimiConfigInput> {
+  let config: Partial<KdaConfig> | KimiConfigInput = {};
   if (path !== undefined) {
     try {
       config = JSON.parse(await Deno.readTextFile(path));
@@ -243,7 +248,8 @@ async function main(args: string[]): Promise<number> {
   );
   const started = performance.now();
   const tokens = (dims?.[0] ?? 2) * (dims?.[1] ?? 256);
-  const groups = config.shortConv ? 14 : 11;
+  // The proof's steps: a row per group and one for x, three checks each, and the rest.
+  const groups = layerGroups(resolveConfig(config)).length + 1;
   const totalSteps = 6 + 3 * groups + (repeat ?? 1);
   let done = 0;
   const progress = (m: string) => {

@@ -1,7 +1,7 @@
 // The diagnosis line a failed proof prints: the pattern of what failed, named as the bug it points
 // to. The order matters: the most specific pattern wins.
 
-import { DOWNSTREAM_GROUPS, type ProofReport } from "./_proof_report.ts";
+import { downstreamGroups, type ProofReport } from "./_proof_report.ts";
 
 const e = (x: number) => Number.isNaN(x) ? "NaN" : x.toExponential(2);
 
@@ -12,7 +12,7 @@ const e = (x: number) => Number.isNaN(x) ? "NaN" : x.toExponential(2);
  * @returns One line starting with the pattern's name.
  */
 export function diagnose(report: ProofReport): string {
-  const { reproducible, forward, rows, op, seam } = report;
+  const { reproducible, forward, rows, input, op, seam } = report;
   if (!reproducible.ok) {
     const first = reproducible.mismatched[0];
     return `Non-deterministic: reruns differ${
@@ -26,16 +26,23 @@ export function diagnose(report: ProofReport): string {
       ).join("")
     }`;
   }
-  const upstream = rows.filter((r) => !DOWNSTREAM_GROUPS.includes(r.name));
-  const downstream = rows.filter((r) => DOWNSTREAM_GROUPS.includes(r.name));
+  const after = downstreamGroups(report.config);
+  const upstream = rows.filter((r) => !after.includes(r.name));
+  const downstream = rows.filter((r) => after.includes(r.name));
   const downstreamAgree = downstream.every((r) => r.referenceOk);
   const upstreamZero = upstream.length > 0 &&
     upstream.every((r) => r.gradMax === 0);
   if (downstreamAgree && upstreamZero) {
+    // x reaches the output through the op and around it (the output gate reads x), so a cut at
+    // the op leaves dx its paths around the op: wrong, but not zero.
     return `The graph is cut at the op: the ${upstream.length} groups upstream of it have no ` +
-      `gradient, while the ${downstream.length} applied after it agree`;
+      `gradient${
+        input.referenceOk
+          ? ""
+          : ` and dx keeps only its paths around it (off by ${e(input.reference.rel)})`
+      }, while the ${downstream.length} applied after it agree`;
   }
-  const badUpstream = upstream.filter((r) => !r.ok).map((r) => r.name);
+  const badUpstream = [...upstream, input].filter((r) => !r.ok).map((r) => r.name);
   const badOp = op.rows.filter((r) => !r.ok).map((r) => r.name);
   if (downstreamAgree && (badUpstream.length > 0 || badOp.length > 0 || !op.transpose.ok)) {
     return `The op's adjoint is wrong: the forward and the ${downstream.length} groups after the ` +
@@ -60,7 +67,7 @@ export function diagnose(report: ProofReport): string {
     }`;
   }
   const failed = [
-    ...rows.filter((r) => !r.ok).map((r) => r.name),
+    ...[...rows, input].filter((r) => !r.ok).map((r) => r.name),
     ...(report.falsification.ok ? [] : ["falsification"]),
     ...(report.groups.missing.length || report.groups.extra.length ? ["groups"] : []),
   ];

@@ -124,10 +124,11 @@ export function detachedSeam(): Seam<KdaRequest> {
   return new PlantedSeam("detach");
 }
 
-/** The token range of chunk `c` in a [B, T, H, X] layout, as flat index ranges. */
+/** The token range of chunk `c` in a [B, T, heads, X] layout, as flat index ranges. */
 function eachInChunk(
   r: KdaRequest,
   width: "K" | "V",
+  heads: number,
   chunk: number,
   fn: (i: number) => void,
 ): void {
@@ -137,18 +138,22 @@ function eachInChunk(
   const t0 = chunk * C, t1 = Math.min(r.T, t0 + C);
   for (let b = 0; b < r.B; b++) {
     for (let t = t0; t < t1; t++) {
-      for (let i = 0; i < r.H * X; i++) fn(((b * r.T + t) * r.H) * X + i);
+      for (let i = 0; i < heads * X; i++) fn(((b * r.T + t) * heads) * X + i);
     }
   }
 }
 
-/** A defect that changes input gradient `input` (a [B, T, H, K] one) in chunk `chunk` only. */
+/**
+ * A defect that changes input gradient `input` (dq or dk, [B, T, H, K], or dg, [B, T, HV, K]) in
+ * chunk `chunk` only.
+ */
 function oneChunk(input: number, chunk: number, change: (v: number) => number): PlantedDefect {
   return changedArms({
     gradients: (g, request) => {
       const out = g.map((x) => x === null ? null : x.slice());
       const target = out[input]!;
-      eachInChunk(request, "K", chunk, (i) => target[i] = change(target[i]));
+      const heads = input === 3 ? request.HV ?? request.H : request.H;
+      eachInChunk(request, "K", heads, chunk, (i) => target[i] = change(target[i]));
       return out;
     },
   });

@@ -6,7 +6,7 @@
 
 import { KdaModule, type KdaModuleRunOptions } from "../kda/module.ts";
 import type { Arm, Float } from "../kda/_types.ts";
-import type { KdaConfig } from "../kda/layer/config.ts";
+import type { KdaConfig, KimiConfigInput } from "../kda/layer/config.ts";
 import { mulberry32, normal, subSeed } from "../kda/layer/_random.ts";
 import type { SeamCounts } from "../seam/seam.ts";
 import { armPrecision, kdaSeam, withKdaSeam } from "../kda/op/arms.ts";
@@ -18,10 +18,10 @@ import { checkOp } from "./op_check.ts";
 import { diagnose } from "./diagnose.ts";
 import { detachedSeam } from "./mutants.ts";
 import {
-  CONV_GROUPS,
-  DOWNSTREAM_GROUPS,
-  EXPECTED_GROUPS,
+  downstreamGroups,
+  expectedGroups,
   type GroupRow,
+  INPUT_ROW,
   type PlantedDefect,
   type ProofReport,
 } from "./_proof_report.ts";
@@ -30,8 +30,11 @@ import {
 export interface ProofOptions {
   /** The arm whose gradients are proven. */
   arm: Arm;
-  /** Overrides of the default config (shortConv for the 14-group layer). */
-  config?: Partial<KdaConfig>;
+  /**
+   * Overrides of the default config (shortConv for the 14-group layer), or a Kimi Linear config
+   * (`form: "kimi"`).
+   */
+  config?: Partial<KdaConfig> | KimiConfigInput;
   /** Input batch and length; default [2, 256]. */
   dims?: [number, number];
   /** Progress messages (stderr in the CLI). */
@@ -114,14 +117,15 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
   const tested = new KdaModule(options.config ?? {}, { dtype });
   const exact = new KdaModule(options.config ?? {}, { dtype: "f64" });
   for (const [name, p] of tested.parameters()) exact.parameters().get(name)!.data.set(p.data);
-  const { dModel: D, seed, shortConv, chunkSize, keyDim, valueDim } = exact.config;
+  const { dModel: D, seed, chunkSize, keyDim, valueDim } = exact.config;
   const round = (a: Float64Array): Float => dtype === "f32" ? Float32Array.from(a) : a;
   const xTested = round(draw(seed, "prove.x", B * T * D));
   const x = Float64Array.from(xTested);
   const rTested = round(draw(seed, "prove.r", B * T * D));
   const r = Float64Array.from(rTested);
 
-  const expected = [...EXPECTED_GROUPS, ...(shortConv ? CONV_GROUPS : [])];
+  const expected = expectedGroups(exact.config);
+  const downstream = downstreamGroups(exact.config);
   const names = [...exact.parameters().keys()];
   const groups = {
     missing: expected.filter((n) => !names.includes(n)),
@@ -157,37 +161,48 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
 
   // Central differences of the exact f64 layer on the fd arm (for the f32 gpu arm, the f64
   // chunked arm, which the reference comparison ties the gpu arm to).
-  const fdGrads = fdArm !== arm
-    ? (await exact.vjp(x, [B, T], r, { arm: fdArm, strict: true })).grads
-    : first.grads;
-  const rows: GroupRow[] = [];
-  for (const [gi, [name, param]] of [...exact.parameters()].entries()) {
-    const reference = agreement(first.grads.get(name)!, ref.grads.get(name)!);
+  const fdRun = fdArm !== arm
+    ? await exact.vjp(x, [B, T], r, { arm: fdArm, strict: true })
+    : undefined;
+  const fdGrads = fdRun?.grads ?? first.grads;
+  const fdDx = fdRun?.dx;
+  // One row per group, then the input's row: the same four checks, on the group's values or on
+  // x (whose f64 and tested copies hold the same bytes, as the groups' do).
+  const rowOf = async (
+    name: string,
+    exactData: Float,
+    ownData: Float,
+    grad: Float,
+    refGrad: Float,
+    fdGrad: Float,
+    shape: readonly number[],
+    stream: string,
+  ): Promise<GroupRow> => {
+    const reference = agreement(grad, refGrad);
     const referenceOk = reference.rel <= gradTol;
     const fd = checks.fd
       ? await timed(
         `central differences (f64): ${name}`,
         () =>
-          groupChecks.fdRow(name, param.data, fdGrads.get(name)!, async (index, delta) => {
-            const original = param.data[index];
-            param.data[index] = original + delta;
+          groupChecks.fdRow(name, exactData, fdGrad, async (index, delta) => {
+            const original = exactData[index];
+            exactData[index] = original + delta;
             try {
               return lossOf(await exact.forward(x, [B, T], { arm: fdArm, strict: true }), r).loss;
             } finally {
-              param.data[index] = original;
+              exactData[index] = original;
             }
           }, { dtype: "f64", lossScale, tol: groupChecks.FD_TOL, probes: options.fdProbes }),
       )
       : null;
-    const own = tested.parameters().get(name)!;
     const fd32 = checks.fd32 && dtype === "f32"
       ? await timed(
         `central differences (${dtype}, ${arm} arm): ${name}`,
         () =>
-          groupChecks.fdRow(name, own.data, first.grads.get(name)!, async (index, delta) => {
-            const original = own.data[index];
-            own.data[index] = original + delta;
-            const step = own.data[index] - original; // the step f32 could actually take
+          groupChecks.fdRow(name, ownData, grad, async (index, delta) => {
+            const original = ownData[index];
+            ownData[index] = original + delta;
+            const step = ownData[index] - original; // the step f32 could actually take
             try {
               return {
                 loss: lossOf(
@@ -197,30 +212,30 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
                 step,
               };
             } finally {
-              own.data[index] = original;
+              ownData[index] = original;
             }
           }, { dtype, lossScale, tol: groupChecks.FD32_TOL, probes: options.fdProbes }),
       )
       : null;
     let directional: DirectionalRow | null = null;
     if (checks.directional) {
-      const u = groupChecks.direction(param.size, subSeed(seed, `prove.u.${gi}`));
+      const u = groupChecks.direction(grad.length, subSeed(seed, stream));
       const { dy } = await timed(
         `directional (forward mode, f64 ops): ${name}`,
         () => exact.jvp(x, [B, T], new Map([[name, u]])),
       );
       let jv = 0;
       for (let i = 0; i < dy.length; i++) jv += dy[i] * r[i];
-      directional = groupChecks.directionalRow(name, jv, first.grads.get(name)!, u, gradTol);
+      directional = groupChecks.directionalRow(name, jv, grad, u, gradTol);
     }
     const fdOk = fd === null || (fd.nonZero && fd.finite &&
       (fd.resolved ? fd.ok : directional !== null && directional.ok));
     const fd32Ok = fd32 === null || !fd32.resolved || fd32.ok;
     let gradMax = 0;
-    for (const v of first.grads.get(name)!) gradMax = Math.max(gradMax, Math.abs(v));
-    rows.push({
+    for (const v of grad) gradMax = Math.max(gradMax, Math.abs(v));
+    return {
       name,
-      shape: param.shape,
+      shape,
       gradMax,
       fd,
       fd32,
@@ -228,8 +243,33 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
       reference,
       referenceOk,
       ok: fdOk && fd32Ok && (directional?.ok ?? true) && referenceOk,
-    });
+    };
+  };
+  const rows: GroupRow[] = [];
+  for (const [gi, [name, param]] of [...exact.parameters()].entries()) {
+    rows.push(
+      await rowOf(
+        name,
+        param.data,
+        tested.parameters().get(name)!.data,
+        first.grads.get(name)!,
+        ref.grads.get(name)!,
+        fdGrads.get(name)!,
+        param.shape,
+        `prove.u.${gi}`,
+      ),
+    );
   }
+  const input = await rowOf(
+    INPUT_ROW,
+    x,
+    xTested,
+    first.dx,
+    ref.dx,
+    fdArm !== arm ? fdDx! : first.dx,
+    [B, T, D],
+    "prove.u.x",
+  );
 
   const op = await timed(`the op alone on the ${arm} arm, with h0 and dht`, () =>
     checkOp({
@@ -245,7 +285,8 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
     }));
 
   // Falsification: detach the op's outputs. Every group upstream of the op must then fail its
-  // reference comparison (its gradient vanishes); if the checks stayed green they could not fail.
+  // reference comparison (its gradient vanishes), and so must x, which keeps only its paths
+  // around the op; if the checks stayed green they could not fail.
   const falsifyArm: Arm = arm === "ops" ? "cpu" : arm;
   const falsifyOnTested = falsifyArm === arm;
   const falsified = await timed(
@@ -262,7 +303,8 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
     const a = agreement(falsified.grads.get(name)!, ref.grads.get(name)!);
     return !(a.rel <= gradTol);
   });
-  const expectedRed = names.filter((n) => !DOWNSTREAM_GROUPS.includes(n));
+  if (!(agreement(falsified.dx, ref.dx).rel <= gradTol)) red.push(INPUT_ROW);
+  const expectedRed = [...names.filter((n) => !downstream.includes(n)), INPUT_ROW];
   const falsification = {
     red,
     expectedRed,
@@ -274,9 +316,10 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
 
   const repeat = Math.max(1, options.repeat ?? 1);
   const mismatched = new Map<string, number>();
-  const compareRun = (run: { y: Float; grads: Map<string, Float> }) => {
+  const compareRun = (run: { y: Float; grads: Map<string, Float>; dx?: Float }) => {
     const pairs: [string, Float, Float][] = [["y", first.y, run.y]];
     for (const name of names) pairs.push([name, first.grads.get(name)!, run.grads.get(name)!]);
+    if (run.dx !== undefined) pairs.push([INPUT_ROW, first.dx, run.dx]);
     for (const [name, a, b] of pairs) {
       if (!sameBits(a, b)) mismatched.set(name, Math.max(mismatched.get(name) ?? 0, maxDiff(a, b)));
     }
@@ -290,8 +333,9 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
   if (options.otherProcess) {
     const other = await timed("rerun in a second process", options.otherProcess);
     const before = mismatched.size;
-    compareRun({ y: other.get("y")!, grads: other });
-    otherProcess = mismatched.size === before && names.every((n) => other.has(n))
+    compareRun({ y: other.get("y")!, grads: other, dx: other.get(`d${INPUT_ROW}`) });
+    otherProcess = mismatched.size === before && names.every((n) => other.has(n)) &&
+        other.has(`d${INPUT_ROW}`)
       ? "identical"
       : "differs";
   }
@@ -304,7 +348,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
 
   const forward = { rel: forwardRel, tol: forwardTol, ok: forwardRel <= forwardTol };
   const ok = groups.missing.length === 0 && groups.extra.length === 0 &&
-    rows.every((row) => row.ok) && forward.ok && op.ok && falsification.ok &&
+    rows.every((row) => row.ok) && input.ok && forward.ok && op.ok && falsification.ok &&
     reproducible.ok && seamRule.ok;
   const report: ProofReport = {
     arm,
@@ -317,6 +361,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
     loss: lossRef.loss,
     lossScale,
     rows,
+    input,
     forward,
     gradTol,
     directionalTol: gradTol,
@@ -339,7 +384,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
  * The y and gradients of the arm under test at a proof's setting, for a rerun in another process.
  *
  * @param options The arm, config and dims of the proof.
- * @returns `y` and every group's gradient, keyed by name (`y` for the output).
+ * @returns `y`, every group's gradient keyed by name, and the input's gradient as `dx`.
  */
 export async function provenRun(
   options: Pick<ProofOptions, "arm" | "config" | "dims">,
@@ -350,10 +395,10 @@ export async function provenRun(
   const { dModel: D, seed } = tested.config;
   const round = (a: Float64Array): Float => dtype === "f32" ? Float32Array.from(a) : a;
   const x = round(draw(seed, "prove.x", B * T * D)), r = round(draw(seed, "prove.r", B * T * D));
-  const { y, grads } = await tested.vjp(x, [B, T], r, {
+  const { y, grads, dx } = await tested.vjp(x, [B, T], r, {
     arm: options.arm,
     strict: true,
     quiet: true,
   });
-  return new Map([["y", y], ...grads]);
+  return new Map([["y", y], ...grads, [`d${INPUT_ROW}`, dx]]);
 }

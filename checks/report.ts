@@ -28,7 +28,7 @@ function fdCell(fd: FdRow | null): string {
  * The per-group table's columns with `--wide`, one sentence each (the README quotes them).
  */
 export const COLUMNS: readonly [string, string][] = [
-  ["group", "the parameter group (docs/kda.md 2.4)"],
+  ["group", "the parameter group (docs/kda.md 2.4), then x, the layer's input"],
   ["max|grad|", "the largest gradient entry of the arm under test; 0 means the group got none"],
   [
     "step h",
@@ -58,7 +58,7 @@ export const COLUMNS: readonly [string, string][] = [
  * check, the details left to `--wide`. The own-precision column appears for f32 arms only.
  */
 export const COMPACT_COLUMNS: readonly [string, string][] = [
-  ["group", "the parameter group (docs/kda.md 2.4)"],
+  ["group", "the parameter group (docs/kda.md 2.4), then x, the layer's input"],
   ["max|grad|", "the largest gradient entry of the arm under test; 0 means the group got none"],
   [
     "FD f64",
@@ -169,10 +169,11 @@ export function printReport(
   );
   say("");
   const own = report.dtype === "f32";
+  const tableRows = [...report.rows, report.input];
   const { header, cells } = options.wide === true
     ? {
       header: COLUMNS.map(([c]) => c),
-      cells: report.rows.map((row) => [
+      cells: tableRows.map((row) => [
         row.name,
         e(row.gradMax),
         row.fd ? e(row.fd.step, 1) : "-",
@@ -185,7 +186,7 @@ export function printReport(
     }
     : {
       header: COMPACT_COLUMNS.filter(([c]) => own || c !== "f32 resolves").map(([c]) => c),
-      cells: report.rows.map((row) => [
+      cells: tableRows.map((row) => [
         row.name,
         e(row.gradMax),
         compactFdCell(row.fd),
@@ -229,9 +230,15 @@ export function printReport(
     } (tol ${e(op.transpose.tol, 0)}) ${ok(op.transpose.ok)}`,
   );
   const f = report.falsification;
+  const count = (names: readonly string[]) => {
+    const groups = names.filter((n) => n !== report.input.name).length;
+    return `${groups} groups${
+      names.includes(report.input.name) ? ` and ${report.input.name}` : ""
+    }`;
+  };
   say(
-    `falsification (KDA outputs detached on ${f.note}): red ${f.red.length} groups, expected ` +
-      `${f.expectedRed.length} -> ${
+    `falsification (KDA outputs detached on ${f.note}): red ${count(f.red)}, expected ` +
+      `${count(f.expectedRed)} -> ${
         f.ok ? "ok: the check goes red" : "FAIL: it did not go red as it must"
       }`,
   );
@@ -308,9 +315,15 @@ export function failedChecks(report: ProofReport): string {
   if (!report.reproducible.ok) out.push("rerun bit-identity");
   if (!report.forward.ok) out.push("forward agreement");
   const groups = report.rows.filter((r) => !r.referenceOk).length;
-  if (groups) out.push(`reference comparison (${groups} groups)`);
+  const x = report.input;
+  const withX = (n: number, bad: boolean) =>
+    bad ? (n ? `${n} groups and ${x.name}` : x.name) : `${n} groups`;
+  if (groups || !x.referenceOk) {
+    out.push(`reference comparison (${withX(groups, !x.referenceOk)})`);
+  }
   const dir = report.rows.filter((r) => r.directional && !r.directional.ok).length;
-  if (dir) out.push(`directional JVP check (${dir} groups)`);
+  const dirX = x.directional !== null && !x.directional.ok;
+  if (dir || dirX) out.push(`directional JVP check (${withX(dir, dirX)})`);
   const op = report.op.rows.filter((r) => !r.ok).map((r) => r.name);
   if (op.length) out.push(`op alone (${op.join(", ")})`);
   if (!report.op.transpose.ok) out.push("⟨Ju,v⟩ = ⟨u,Jᵀv⟩");

@@ -34,11 +34,14 @@ const tooLong = (lines: string[]) => lines.filter((l) => l.length > WIDTH);
 
 const small = { dModel: 16, heads: 2, keyDim: 8, valueDim: 8, decayRank: 4 };
 
-Deno.test("runProof() holds on the cpu arm: every group resolved, falsification red, rerun identical", async () => {
+Deno.test("runProof() holds on the cpu arm: every group and the input x resolved, falsification red, rerun identical", async () => {
   const report = await runProof({ arm: "cpu", config: small, dims: [2, 40] });
   assert.deepEqual(report.groups, { missing: [], extra: [] });
   assert.equal(report.rows.length, EXPECTED_GROUPS.length);
-  for (const row of report.rows) {
+  assert.equal(report.input.name, "x");
+  assert.deepEqual(report.input.shape, [2, 40, small.dModel]);
+  if (!(report.input.reference.rel <= 1e-10)) throw new Error(`x: ${report.input.reference.rel}`);
+  for (const row of [...report.rows, report.input]) {
     assert.ok(row.fd?.resolved, `${row.name} unresolved`);
     if (!(row.fd!.rel <= 1e-6)) throw new Error(`${row.name}: rel ${row.fd!.rel}`);
     if (!(row.directional!.rel <= 1e-10)) {
@@ -48,7 +51,7 @@ Deno.test("runProof() holds on the cpu arm: every group resolved, falsification 
   assert.ok(report.op.ok, JSON.stringify(report.op.rows.filter((r) => !r.ok)));
   if (!(report.op.transpose.rel <= 1e-12)) throw new Error(`transpose ${report.op.transpose.rel}`);
   assert.ok(report.falsification.ok);
-  assert.equal(report.falsification.red.length, 8);
+  assert.equal(report.falsification.red.length, 9); // the 8 groups upstream of the op, and x
   assert.ok(report.reproducible.ok);
   assert.equal(report.seam.fusedFwd, 1);
   assert.equal(report.seam.customNodeBwd, 1);
@@ -69,12 +72,14 @@ Deno.test("runProof() with the short conv proves 14 groups", async () => {
   assert.ok(report.ok, JSON.stringify(report.rows.filter((r) => !r.ok)));
 });
 
-Deno.test("the falsification goes red: detached outputs zero every upstream group", async () => {
+Deno.test("the falsification goes red: detached outputs zero every upstream group and leave x its path around the op only", async () => {
   const report = await runProof({ arm: "cpu", config: small, dims: [1, 20] });
   assert.deepEqual(
     report.falsification.red.sort(),
-    EXPECTED_GROUPS.filter((n) => !["o_norm_w", "o_gate.weight", "o_proj.weight"].includes(n))
-      .sort(),
+    [
+      ...EXPECTED_GROUPS.filter((n) => !["o_norm_w", "o_gate.weight", "o_proj.weight"].includes(n)),
+      "x",
+    ].sort(),
   );
 });
 
