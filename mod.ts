@@ -72,6 +72,12 @@ export {
   type ParameterSpec,
 } from "./kda/module.ts";
 export {
+  type FlaKimiConfig,
+  fromFla,
+  type FromFlaOptions,
+  kimiConfigFromFla,
+} from "./kda/layer/fla.ts";
+export {
   fromTritonNames,
   loadLayer,
   loadStateDict,
