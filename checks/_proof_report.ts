@@ -35,7 +35,7 @@ export const DOWNSTREAM_GROUPS: readonly string[] = PARAMETER_TABLE.filter((p) =
 ) => p.name);
 
 /**
- * The Kimi Linear form's groups (fla's `KimiDeltaAttention`, docs/kda.md 2.8), spelled out, in
+ * The Kimi Linear form's groups (fla's `KimiDeltaAttention`, docs/kda.md 2.9), spelled out, in
  * the order of fla's constructor: without the short convolution.
  */
 export const KIMI_EXPECTED_GROUPS: readonly string[] = [

@@ -43,7 +43,7 @@ Flags:
                       2048 tokens central differences are sampled (one coordinate a group) and
                       the exact directional checks carry the proof
   --config FILE       a JSON object of KdaConfig fields to override, or of a Kimi Linear layer
-                      ({"form": "kimi", ...}: fla's KimiDeltaAttention, docs/kda.md 2.8)
+                      ({"form": "kimi", ...}: fla's KimiDeltaAttention, docs/kda.md 2.9)
   --repeat N          N reruns in this process plus one in a second process, compared bit for bit
   --mutants           also plant each of the 9 defects and check that the proof catches each one
                       with its expected diagnosis (prints the kill table)

@@ -1,4 +1,4 @@
-// The layer's public surface (docs/kda.md 2.4, and the Kimi Linear form of 2.8): construction,
+// The layer's public surface (docs/kda.md 2.4, and the Kimi Linear form of 2.9): construction,
 // the argument checks, the tapes of vjp/forwardBackward/forwardOnTape/jvp, and the state across
 // calls. The forwards themselves are kda/layer/forward.ts and kda/layer/kimi.ts.
 
@@ -71,7 +71,7 @@ export interface KdaModuleTapeResult {
  * The KDA layer: input `x` [B, T, D] to output [B, T, D], initialised reproducibly from
  * `config.seed`. The KDA form (docs/kda.md 2.4) has 11 parameter groups (14 with the short
  * convolution); `form: "kimi"` builds flash-linear-attention's `KimiDeltaAttention` with fla's
- * parameter names (docs/kda.md 2.8).
+ * parameter names (docs/kda.md 2.9).
  *
  * @example Usage
  * ```ts
@@ -84,7 +84,14 @@ export interface KdaModuleTapeResult {
  * @example A Kimi Linear layer with fla's names
  * ```ts
  * import { KdaModule } from "@deltanet/kda";
- * const kimi = new KdaModule({ form: "kimi", dModel: 8, heads: 1, numVHeads: 2, keyDim: 4, valueDim: 4 });
+ * const kimi = new KdaModule({
+ *   form: "kimi",
+ *   dModel: 8,
+ *   heads: 1,
+ *   numVHeads: 2,
+ *   keyDim: 4,
+ *   valueDim: 4,
+ * });
  * kimi.parameters().has("g_proj.1.bias"); // true
  * ```
  */
@@ -313,7 +320,8 @@ export class KdaModule {
    * import { KdaModule } from "@deltanet/kda";
    * import { add, mul, reshape, sum, Tape } from "@deltanet/kda/tape";
    * const config = { dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 };
-   * const [first, second] = [new KdaModule({ ...config, seed: 1 }), new KdaModule({ ...config, seed: 2 })];
+   * const first = new KdaModule({ ...config, seed: 1 });
+   * const second = new KdaModule({ ...config, seed: 2 });
    * const tape = new Tape("f64");
    * const x = tape.variable(new Float64Array(1 * 5 * 8).map((_, i) => Math.sin(i)), [1, 5, 8]);
    * const h = add(x, (await first.forwardOnTape(x, { arm: "cpu" })).y); // a residual sum

@@ -52,7 +52,7 @@ export const DEFAULT_CONFIG: Readonly<KdaConfig> = Object.freeze({
 
 /**
  * Configuration of the Kimi Linear form of the layer: flash-linear-attention's
- * `KimiDeltaAttention` (`fla/layers/kda.py`), docs/kda.md 2.8. Its parameter groups carry fla's
+ * `KimiDeltaAttention` (`fla/layers/kda.py`), docs/kda.md 2.9. Its parameter groups carry fla's
  * names and shapes, so fla's state dict loads as it is. Fields named after an fla option keep its
  * meaning.
  */

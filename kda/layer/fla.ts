@@ -1,5 +1,5 @@
 // flash-linear-attention's `KimiDeltaAttention` in this package: its constructor arguments as a
-// Kimi Linear config (docs/kda.md 2.8), and a layer from its state dict, whose names and shapes
+// Kimi Linear config (docs/kda.md 2.9), and a layer from its state dict, whose names and shapes
 // the Kimi form keeps as they are.
 
 import { KdaModule } from "../module.ts";

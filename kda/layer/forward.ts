@@ -28,7 +28,7 @@ import { computeDtypeOf } from "../../base/dtype.ts";
  * What a layer carries from one segment of a sequence to the next: the KDA state and, with the
  * short convolution, its cache. Run a long input in segments by passing each call's final state to
  * the next; the result equals running it whole. The layouts depend on the form: the KDA layer's
- * are below; Kimi Linear keeps flash-linear-attention's (docs/kda.md 2.8).
+ * are below; Kimi Linear keeps flash-linear-attention's (docs/kda.md 2.9).
  */
 export interface KdaModuleState<F extends Float = Float> {
   /**

@@ -1,4 +1,4 @@
-// The Kimi Linear form's forward (docs/kda.md 2.8): flash-linear-attention's `KimiDeltaAttention`
+// The Kimi Linear form's forward (docs/kda.md 2.9): flash-linear-attention's `KimiDeltaAttention`
 // as tape ops around the KDA op. The gate, beta and the L2 normalisation of q and k are tape ops
 // here (fla computes them inside its kernels, `use_gate_in_kernel`, `use_beta_sigmoid_in_kernel`,
 // `use_qk_l2norm_in_kernel`); the arithmetic is the same.
@@ -82,7 +82,7 @@ function cacheAfter(
 }
 
 /**
- * The Kimi Linear layer's forward of docs/kda.md 2.8.
+ * The Kimi Linear layer's forward of docs/kda.md 2.9.
  *
  * @param config The layer's resolved config.
  * @param run The input, parameters, state (in fla's layouts) and dispatch.

@@ -1,4 +1,4 @@
-// The layer's parameter groups: one table per form (docs/kda.md 2.4 for the KDA layer, 2.8 for
+// The layer's parameter groups: one table per form (docs/kda.md 2.4 for the KDA layer, 2.9 for
 // Kimi Linear, whose names and shapes are flash-linear-attention's) of name, shape from the
 // config, initialisation and role, which drives construction, KdaModule.parameters() and the tests.
 
@@ -104,7 +104,7 @@ const kimiConv = (s: "q" | "k" | "v", width: (c: Readonly<KimiConfig>) => number
 ];
 
 /**
- * The Kimi Linear form's parameter groups (docs/kda.md 2.8): flash-linear-attention's
+ * The Kimi Linear form's parameter groups (docs/kda.md 2.9): flash-linear-attention's
  * `KimiDeltaAttention` names and shapes, in the order its constructor makes them. The conv groups
  * exist with `shortConv`, their biases with `convBias` too; `A_log` starts at 0 with `safeGate`.
  *

@@ -280,8 +280,10 @@ const m = (triton: string, kda: string, tritonShape: string, note: string): Trit
 const QKV = [["q", "K"], ["k", "K"], ["v", "V"]] as const;
 
 /**
- * How flash-linear-attention's `KimiDeltaAttention` parameters map onto this package's groups
- * (docs/kda.md 2.4), for the tensors whose shapes and roles correspond. The layers compute the
+ * How flash-linear-attention's `KimiDeltaAttention` parameters map onto the KDA form's groups
+ * (docs/kda.md 2.4), for the tensors whose shapes and roles correspond. For fla's whole layer, use
+ * the Kimi Linear form instead (`form: "kimi"`, docs/kda.md 2.9, `fromFla`), which keeps fla's
+ * names, shapes and wiring. The layers compute the
  * same function when theirs is built with `num_v_heads = num_heads`, `conv_size = 4`,
  * `conv_bias = False`, `allow_neg_eigval = False` and `lower_bound = ln(config.minDecay)` (its
  * bounded gate `lower_bound · sigmoid(exp(A_log) · (f + dt_bias))` is the decay path here; its
