@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { provenRun, runProof } from "../checks/prove.ts";
-import { CONV_GROUPS, EXPECTED_GROUPS } from "../checks/_proof_report.ts";
+import {
+  CONV_GROUPS,
+  EXPECTED_GROUPS,
+  KIMI_CONV_BIAS_GROUPS,
+  KIMI_CONV_GROUPS,
+  KIMI_EXPECTED_GROUPS,
+} from "../checks/_proof_report.ts";
 import { MUTANTS } from "../checks/mutants.ts";
 import { proveGradients } from "../checks/mod.ts";
 import { customNode, linear, mul, sigmoid, sum, Tensor } from "../tape/mod.ts";
@@ -80,6 +86,48 @@ Deno.test("the falsification goes red: detached outputs zero every upstream grou
       ...EXPECTED_GROUPS.filter((n) => !["o_norm_w", "o_gate.weight", "o_proj.weight"].includes(n)),
       "x",
     ].sort(),
+  );
+});
+
+Deno.test("runProof() on a Kimi Linear config proves fla's groups and x, the falsification turns the groups before the op and x red, and the detached mutant is diagnosed as a cut", async () => {
+  const kimi = {
+    form: "kimi" as const,
+    dModel: 12,
+    heads: 1,
+    numVHeads: 2,
+    keyDim: 4,
+    valueDim: 6,
+    convBias: true,
+    allowNegEigval: true,
+  };
+  const report = await runProof({ arm: "cpu", config: kimi, dims: [1, 24] });
+  assert.deepEqual(
+    report.rows.map((r) => r.name).sort(),
+    [...KIMI_EXPECTED_GROUPS, ...KIMI_CONV_GROUPS, ...KIMI_CONV_BIAS_GROUPS].sort(),
+  );
+  assert.ok(report.ok, JSON.stringify([...report.rows, report.input].filter((r) => !r.ok)));
+  const after = [
+    "g_proj.0.weight",
+    "g_proj.1.weight",
+    "g_proj.1.bias",
+    "o_norm.weight",
+    "o_proj.weight",
+  ];
+  assert.deepEqual(
+    report.falsification.red.sort(),
+    [...report.rows.map((r) => r.name).filter((n) => !after.includes(n)), "x"].sort(),
+  );
+  const detached = MUTANTS.find((m) => m.name === "detached")!;
+  const cut = await runProof({
+    arm: "cpu",
+    config: kimi,
+    dims: [1, 24],
+    checks: { fd: false, fd32: false, directional: false },
+    defect: detached.make(),
+  });
+  assert.match(
+    cut.diagnosis ?? "",
+    /^The graph is cut at the op: the 14 groups upstream of it have no gradient and dx keeps only its paths around it .*, while the 5 applied after it agree$/,
   );
 });
 
