@@ -375,3 +375,31 @@ Deno.test("Kimi configs and fla arguments refuse what fla's layer would not buil
   squeezed.set("q_conv1d.weight", { data: conv.data, shape: [conv.shape[0], conv.shape[2]] });
   assert.throws(() => fromFla(squeezed, f.fla), /"q_conv1d.weight" must have shape \[64, 1, 4\]/);
 });
+
+gpuTest(
+  "the Kimi layer decodes on the gpu arm (the op's decode call, grouped value heads) as its forward runs, to the f32 layer bar",
+  async () => {
+    for (const f of fixtures) {
+      const layer = layerOf(f, "f32");
+      const D = layer.config.dModel, x = f.get("x"), T = 6;
+      const prompt = new Float32Array(f.B * T * D);
+      for (let b = 0; b < f.B; b++) {
+        prompt.set(x.subarray(b * f.T * D, (b * f.T + T) * D), b * T * D);
+      }
+      const whole = await layer.forwardWithState(prompt, [f.B, T], { arm: "gpu", strict: true });
+      const first = await layer.step(
+        prompt.filter((_, i) => Math.floor(i / D) % T < T - 1),
+        undefined,
+        { arm: "gpu", strict: true, tokens: T - 1 },
+      );
+      const last = await layer.step(
+        prompt.filter((_, i) => Math.floor(i / D) % T === T - 1),
+        first.state,
+        { arm: "gpu", strict: true },
+      );
+      const tail = whole.y.filter((_, i) => Math.floor(i / D) % T === T - 1);
+      check(`${f.name} last token`, last.y, tail, EVAL_BAR);
+      check(`${f.name} state`, last.state.kda, whole.state.kda, EVAL_BAR);
+    }
+  },
+);
