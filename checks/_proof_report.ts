@@ -130,6 +130,8 @@ export interface GroupRow {
 /** Everything a proof measured. */
 export interface ProofReport {
   arm: Arm;
+  /** The gpu kernel sets that ran the backward under test, as the seam counted them. */
+  kernels: string[];
   referenceArm: Arm;
   fdArm: Arm;
   dtype: ComputeDType;

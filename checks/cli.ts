@@ -24,6 +24,7 @@ import type { Arm, Float } from "../kda/_types.ts";
 import { type KdaConfig, type KimiConfigInput, resolveConfig } from "../kda/layer/config.ts";
 import { layerGroups } from "../kda/layer/parameters.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
+import { kernelSet, kernelSetNames } from "../kda/gpu/kernel_set.ts";
 import { type ProofOptions, provenRun, runProof } from "./prove.ts";
 import { cellText, failedChecks, type KillRow, printKillTable, printReport } from "./report.ts";
 import { MUTANTS } from "./mutants.ts";
@@ -38,6 +39,8 @@ const HELP = `deno task prove [flags]: the per-group gradient proof of the KDA l
 Flags:
   --arm ops|cpu|gpu   the arm to prove (default: KDA_REQUIRE_ARM, else gpu when a WebGPU adapter
                       exists, else cpu)
+  --kernels NAME      the gpu arm's kernel set to prove (default: KDA_GPU_KERNELS, else the
+                      arm's rule: split); see docs/kda.md 3.2
   --conv              the 14-group layer with the short convolution
   --shape B,T         the input's batch and length (default 2,256: the trainer shape); above
                       2048 tokens central differences are sampled (one coordinate a group) and
@@ -167,6 +170,18 @@ async function otherProcess(args: string[]): Promise<Map<string, Float>> {
   return decode(new TextDecoder().decode(out.stdout));
 }
 
+/** The kernel set `--kernels` names (checked against the registered ones), for the gpu arm only. */
+function parseKernels(value: string | undefined, arm: Arm): string | undefined {
+  if (value === undefined) return undefined;
+  if (arm !== "gpu") throw new UsageError(`--kernels names a gpu kernel set: got --arm ${arm}`);
+  // the proof needs a backward: a forward-only set (the decode set) cannot be proven here
+  const names = kernelSetNames().filter((name) => kernelSet(name).backward !== null);
+  if (!names.includes(value)) {
+    throw new UsageError(`--kernels must be one of ${names.join(", ")}: got ${value}`);
+  }
+  return value;
+}
+
 async function main(args: string[]): Promise<number> {
   let values;
   try {
@@ -174,6 +189,7 @@ async function main(args: string[]): Promise<number> {
       args,
       options: {
         arm: { type: "string" },
+        kernels: { type: "string" },
         conv: { type: "boolean", default: false },
         shape: { type: "string" },
         config: { type: "string" },
@@ -230,15 +246,17 @@ async function main(args: string[]): Promise<number> {
   const config = await readConfig(values.config, values.conv);
   const status = await gpuStatus();
   const arm = (values.arm as Arm | undefined) ?? required ?? (status.available ? "gpu" : "cpu");
+  const kernels = parseKernels(values.kernels, arm);
   const childArgs = [
     "--arm",
     arm,
+    ...(kernels !== undefined ? ["--kernels", kernels] : []),
     ...(values.conv ? ["--conv"] : []),
     ...(values.shape ? ["--shape", values.shape] : []),
     ...(values.config ? ["--config", values.config] : []),
   ];
   if (values.child) {
-    console.log(encode(await provenRun({ arm, config, dims })));
+    console.log(encode(await provenRun({ arm, kernels, config, dims })));
     return 0;
   }
   console.log(
@@ -262,6 +280,7 @@ async function main(args: string[]): Promise<number> {
   };
   const base: ProofOptions = {
     arm,
+    ...(kernels !== undefined ? { kernels } : {}),
     config,
     dims,
     progress,
@@ -282,6 +301,7 @@ async function main(args: string[]): Promise<number> {
       progress(`mutant ${mutant.name}`);
       const r = await runProof({
         arm,
+        ...(kernels !== undefined ? { kernels } : {}),
         config,
         dims,
         repeat: 1,

@@ -113,6 +113,7 @@ export async function checkOp(options: {
   gradTol: number;
   seed: number;
   seam?: Seam<KdaRequest>;
+  kernels?: string;
 }): Promise<OpCheck> {
   const { arm, dtype, K, V, chunkSize } = options;
   // Ragged: three full chunks and a short one, so chunk boundaries and the short tail both count.
@@ -124,6 +125,7 @@ export async function checkOp(options: {
     V,
     scale: K ** -0.5,
     chunkSize,
+    ...(options.kernels !== undefined ? { kernels: options.kernels } : {}),
   };
   const { inputs, cot, dirs } = draws(options.seed, request);
   const cast = (a: Float64Array): Float => dtype === "f32" ? Float32Array.from(a) : a;

@@ -30,6 +30,8 @@ import {
 export interface ProofOptions {
   /** The arm whose gradients are proven. */
   arm: Arm;
+  /** The gpu arm's kernel set under proof (default: the arm's rule, docs/kda.md 3.2). */
+  kernels?: string;
   /**
    * Overrides of the default config (shortConv for the 14-group layer), or a Kimi Linear config
    * (`form: "kimi"`).
@@ -78,7 +80,11 @@ function maxDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 /** The seam counters one vjp of the layer must leave, per arm, with the rule in words. */
-function expectedSeam(arm: Arm, c: SeamCounts): { ok: boolean; rule: string } {
+function expectedSeam(
+  arm: Arm,
+  c: SeamCounts,
+  kernels: string | undefined,
+): { ok: boolean; rule: string } {
   if (arm === "ops") {
     const ok = c.asked === 1 && c.opsPath === 1 && c.fusedFwd === 0 && c.customNodeBwd === 0 &&
       c.declined === 0;
@@ -86,7 +92,19 @@ function expectedSeam(arm: Arm, c: SeamCounts): { ok: boolean; rule: string } {
   }
   const ok = c.asked === 1 && c.fusedFwd === 1 && c.customNodeBwd === 1 && c.fusedBwd === 1 &&
     c.opsPath === 0 && c.declined === 0;
-  return { ok, rule: "asked 1, fusedFwd 1, customNodeBwd 1, fusedBwd 1, opsPath 0, declined 0" };
+  const rule = "asked 1, fusedFwd 1, customNodeBwd 1, fusedBwd 1, opsPath 0, declined 0";
+  if (kernels === undefined) return { ok, rule };
+  // the set asked for is the one that ran, and nothing else did
+  const variant = `gpu:${kernels}`;
+  const only = Object.entries(c.variants).every(([k, n]) => k === variant ? n === 1 : n === 0);
+  return { ok: ok && only && c.variants[variant] === 1, rule: `${rule}, variants ${variant} 1` };
+}
+
+/** The gpu kernel sets the counters say ran, by name (none for the other arms). */
+function kernelsThatRan(c: SeamCounts): string[] {
+  return Object.entries(c.variants)
+    .filter(([k, n]) => k.startsWith("gpu:") && n > 0)
+    .map(([k]) => k.slice(4));
 }
 
 /**
@@ -140,13 +158,19 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
   const seamUnderTest = options.defect?.seam ?? kdaSeam;
   const onTested = <T>(f: () => Promise<T>): Promise<T> =>
     seamUnderTest === kdaSeam ? f() : withKdaSeam(seamUnderTest, f);
-  const testedOptions: KdaModuleRunOptions = { arm, strict: true, quiet: true };
+  const kernels = arm === "gpu" ? options.kernels : undefined;
+  const testedOptions: KdaModuleRunOptions = {
+    arm,
+    strict: true,
+    quiet: true,
+    ...(kernels !== undefined ? { kernels } : {}),
+  };
   const runTested = () => onTested(() => tested.vjp(xTested, [B, T], rTested, testedOptions));
 
   seamUnderTest.reset();
   const first = await timed(`backward on the ${arm} arm (${dtype})`, runTested);
   const seam = seamUnderTest.counts();
-  const seamRule = expectedSeam(arm, seam);
+  const seamRule = expectedSeam(arm, seam, kernels);
   const declines = seamUnderTest.decisions().map((d) => `${d.wanted} -> ${d.ran}: ${d.reason}`);
 
   const ref = await timed(
@@ -282,6 +306,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
       gradTol: bars.gradients,
       seed,
       seam: options.defect?.seam,
+      ...(kernels !== undefined ? { kernels } : {}),
     }));
 
   // Falsification: detach the op's outputs. Every group upstream of the op must then fail its
@@ -293,7 +318,11 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
     `falsification: ${falsifyArm} arm with the KDA outputs detached`,
     () =>
       withKdaSeam(detachedSeam(), () => {
-        const o: KdaModuleRunOptions = { arm: falsifyArm, strict: true };
+        const o: KdaModuleRunOptions = {
+          arm: falsifyArm,
+          strict: true,
+          ...(falsifyOnTested && kernels !== undefined ? { kernels } : {}),
+        };
         return falsifyOnTested
           ? tested.vjp(xTested, [B, T], rTested, o)
           : exact.vjp(x, [B, T], r, o);
@@ -352,6 +381,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
     reproducible.ok && seamRule.ok;
   const report: ProofReport = {
     arm,
+    kernels: kernelsThatRan(seam),
     referenceArm,
     fdArm,
     dtype,
@@ -387,7 +417,7 @@ export async function runProof(options: ProofOptions): Promise<ProofReport> {
  * @returns `y`, every group's gradient keyed by name, and the input's gradient as `dx`.
  */
 export async function provenRun(
-  options: Pick<ProofOptions, "arm" | "config" | "dims">,
+  options: Pick<ProofOptions, "arm" | "kernels" | "config" | "dims">,
 ): Promise<Map<string, Float>> {
   const [B, T] = options.dims ?? [2, 256];
   const dtype = armPrecision(options.arm);
@@ -399,6 +429,7 @@ export async function provenRun(
     arm: options.arm,
     strict: true,
     quiet: true,
+    ...(options.arm === "gpu" && options.kernels !== undefined ? { kernels: options.kernels } : {}),
   });
   return new Map([["y", y], ...grads, [`d${INPUT_ROW}`, dx]]);
 }

@@ -155,7 +155,9 @@ export function printReport(
     ? log
     : (line: string) => wrapLine(line, WIDTH, "  ").forEach((l) => log(l));
   say(
-    `${md ? "**gradient proof**" : "gradient proof"}: arm ${report.arm} (${report.dtype}), ` +
+    `${md ? "**gradient proof**" : "gradient proof"}: arm ${report.arm} (${report.dtype}${
+      report.kernels.length > 0 ? `, kernel set ${report.kernels.join(", ")}` : ""
+    }), ` +
       `input [${report.dims.join(", ")}, ${report.config.dModel}], central differences on the ` +
       `${report.fdArm} arm in f64, reference arm ${report.referenceArm} (f64); L = ${
         e(report.loss, 6)

@@ -12,7 +12,7 @@ import {
   type LayerConfig,
   resolveConfig,
 } from "./layer/config.ts";
-import { checkFloatArray } from "./op/_check.ts";
+import { checkFloatArray, checkKernels } from "./op/_check.ts";
 import {
   checkKnownKeys,
   checkObject,
@@ -46,13 +46,18 @@ export interface KdaModuleRunOptions {
   /** No stderr warning when the KDA op declines (it is still counted and recorded). */
   quiet?: boolean;
   /**
+   * The gpu arm's kernel set for the layer's KDA op (default `KDA_GPU_KERNELS`, else the arm's
+   * rule: docs/kda.md 3.2); a decoding step runs the decode set whatever this says.
+   */
+  kernels?: string;
+  /**
    * Scan every parameter for NaN and infinity before running (default true): one bad value would
    * turn every output into NaN. Set false to skip the scan when the parameters are known good.
    */
   checkParameters?: boolean;
 }
 
-const RUN_KEYS = ["arm", "strict", "quiet", "checkParameters"];
+const RUN_KEYS = ["arm", "strict", "quiet", "kernels", "checkParameters"];
 
 /** What {@linkcode KdaModule.forwardOnTape} returns. */
 export interface KdaModuleTapeResult {
@@ -202,6 +207,7 @@ export class KdaModule {
   #checkOptions(options: unknown): KdaModuleRunOptions {
     const o = checkObject("options", options) as KdaModuleRunOptions;
     checkKnownKeys("options", o, RUN_KEYS);
+    const kernels = checkKernels(o.kernels);
     if (checkOptionalBoolean("options.checkParameters", o.checkParameters) !== false) {
       for (const [name, p] of this.#params) {
         const d = p.data;
@@ -215,7 +221,7 @@ export class KdaModule {
         }
       }
     }
-    return o;
+    return { ...o, ...(kernels !== undefined ? { kernels } : {}) };
   }
 
   /** The form's forward with the given input and parameter tensors (constants or on a tape). */
@@ -234,6 +240,7 @@ export class KdaModule {
       params,
       state,
       dispatch: { arm: options.arm, strict: options.strict, quiet: options.quiet },
+      ...(options.kernels !== undefined && !decode ? { kernels: options.kernels } : {}),
       decode,
     };
     return isKimi(this.config) ? kimiForward(this.config, run) : kdaForward(this.config, run);

@@ -245,6 +245,26 @@ gpuTest("runProof() holds on the gpu arm against the f64 reference on the same b
   }
 });
 
+gpuTest(
+  "runProof() proves the kernel set it is asked for: each set with a backward, named in the report and held to the seam's variant count",
+  async () => {
+    for (const kernels of ["fused", "split"]) {
+      const report = await runProof({
+        arm: "gpu",
+        kernels,
+        config: small,
+        dims: [1, 40],
+        checks: { fd: false, fd32: false, directional: false },
+      });
+      assert.deepEqual(report.kernels, [kernels]);
+      assert.match(report.seamExpected, new RegExp(`variants gpu:${kernels} 1`));
+      assert.ok(report.seamOk, JSON.stringify(report.seam));
+      assert.ok(report.ok, `${kernels}: ${report.diagnosis}`);
+      assert.match(printed(report)[0], new RegExp(`kernel set ${kernels}\\)`));
+    }
+  },
+);
+
 Deno.test("every planted mutant makes the proof fail with its expected diagnosis (cpu arm)", async () => {
   const caught: string[] = [];
   for (const mutant of MUTANTS) {

@@ -59,6 +59,8 @@ export interface ForwardRun {
   state?: KdaModuleState;
   /** How the KDA op is dispatched. */
   dispatch: { arm?: Arm; strict?: boolean; quiet?: boolean };
+  /** The gpu arm's kernel set, when the run names one. */
+  kernels?: string;
   /** A decode call (KdaModule.step): the op runs the plain recurrence, kdaStep's path. */
   decode?: boolean;
 }
@@ -144,7 +146,17 @@ export async function kdaForward(
   const { o, ht } = await runKda(
     { q, k, v, g, beta, h0 },
     // a decode call runs the plain recurrence (kdaStep's path, docs/kda.md 2.7)
-    { B, T, H, K, V, scale: K ** -0.5, chunkSize, ...(run.decode ? { step: true } : {}) },
+    {
+      B,
+      T,
+      H,
+      K,
+      V,
+      scale: K ** -0.5,
+      chunkSize,
+      ...(run.decode ? { step: true } : {}),
+      ...(run.kernels !== undefined ? { kernels: run.kernels } : {}),
+    },
     run.dispatch,
   );
 

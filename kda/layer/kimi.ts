@@ -157,6 +157,7 @@ export async function kimiForward(
       scale: K ** -0.5,
       chunkSize,
       ...(run.decode ? { step: true } : {}),
+      ...(run.kernels !== undefined ? { kernels: run.kernels } : {}),
     },
     run.dispatch,
   );

@@ -375,8 +375,14 @@ export interface CheckedOptions {
 /** The environment variable that names the gpu arm's kernel set for calls that name none. */
 export const KERNELS_ENV = "KDA_GPU_KERNELS";
 
-/** The kernel set a call names: its option, else the environment, checked against the sets. */
-function checkKernels(value: unknown): string | undefined {
+/**
+ * The kernel set a call names: its option, else `KDA_GPU_KERNELS`, checked against the
+ * registered sets; absent: the gpu arm's rule picks one.
+ *
+ * @param value The call's `kernels` option.
+ * @returns The set's name, or undefined.
+ */
+export function checkKernels(value: unknown): string | undefined {
   if (value !== undefined) return kernelSet(value, "options.kernels").name;
   let state: Deno.PermissionState = "denied";
   try {
