@@ -16,6 +16,7 @@
 //                   has a backward)
 //   --pool=BYTES   the buffer pool's bound (gpuPool; default: the package's default)
 //   --only=kernels   kernel times alone (no end-to-end or GpuTensor-step walls)
+//   --only=steps     the GpuTensor-step walls and kernel times, no typed-array walls
 
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
 import {
@@ -31,7 +32,7 @@ import type { KernelSet } from "../kda/gpu/kernel_set.ts";
 import { makePlan } from "../kda/gpu/layout.ts";
 import { withGpuJobs } from "./_run.ts";
 import { kda, kdaVjp } from "../kda/op/op.ts";
-import { gpuDevice, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
+import { gpuDevice, type GpuTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { gpuCreatedBytes, gpuPool } from "../kda/gpu/buffers.ts";
 import { toGpuInputs } from "../kda/op/device_inputs.ts";
 
@@ -176,6 +177,11 @@ function randomInputs(s: BenchShape, seed: number): KdaProblem<Float32Array> {
 
 /** Whether only the kernel times are measured (--only=kernels). */
 const KERNELS_ONLY = Deno.args.includes("--only=kernels");
+/** Whether the typed-array walls are skipped and the resident walls run once (--only=steps). */
+const STEPS_ONLY = Deno.args.includes("--only=steps");
+
+/** Steps chained on GpuTensors with one read at the end, for the per-step wall. */
+const CHAIN = 10;
 
 /** Repeats of the stages in the one submit that measures steady-state kernel time. */
 const REPEAT = 8;
@@ -221,9 +227,14 @@ async function onDeviceWall(
   dout: Float32Array,
   runs: number,
   budgetMs: number,
-): Promise<
-  { forward: number; forwardBackward: number; createdBytesPerVjp: number; coldBytesPerVjp: number }
-> {
+): Promise<{
+  forward: number;
+  forwardBackward: number;
+  chainedForward: number;
+  chainedForwardBackward: number;
+  createdBytesPerVjp: number;
+  coldBytesPerVjp: number;
+}> {
   const { B, T, H, V } = s;
   const inputs = await toGpuInputs(x);
   const cotangent = await toGpu(dout, [B, T, H, V]);
@@ -240,6 +251,28 @@ async function onDeviceWall(
       const grads = await kdaVjp(inputs, { dout: cotangent }, options);
       await grads.dbeta.read();
       releaseTensors(grads);
+      return undefined;
+    });
+    // CHAIN steps queued back to back, one read at the end: the wall per step of a training loop
+    // that reads once in a while (as the issue's figures were taken)
+    const chainedForward = await timeRuns(3, budgetMs, async () => {
+      let last: Awaited<ReturnType<typeof kda<GpuTensor>>> | null = null;
+      for (let i = 0; i < CHAIN; i++) {
+        if (last !== null) releaseTensors(last);
+        last = await kda(inputs, options);
+      }
+      await last!.ht.read();
+      releaseTensors(last);
+      return undefined;
+    });
+    const chainedBoth = await timeRuns(3, budgetMs, async () => {
+      let last: Awaited<ReturnType<typeof kdaVjp<GpuTensor>>> | null = null;
+      for (let i = 0; i < CHAIN; i++) {
+        if (last !== null) releaseTensors(last);
+        last = await kdaVjp(inputs, { dout: cotangent }, options);
+      }
+      await last!.dbeta.read();
+      releaseTensors(last);
       return undefined;
     });
     const created = async () => {
@@ -260,6 +293,8 @@ async function onDeviceWall(
     return {
       forward: forward.wallMs,
       forwardBackward: both.wallMs,
+      chainedForward: chainedForward.wallMs / CHAIN,
+      chainedForwardBackward: chainedBoth.wallMs / CHAIN,
       createdBytesPerVjp,
       coldBytesPerVjp,
     };
@@ -299,11 +334,12 @@ async function benchShape(
     const dout = new Float32Array(B * T * H * V).fill(0.01);
     // end to end from typed arrays (not with --only=kernels)
     const none = { wallMs: NaN, stageMs: null, totalMinMs: null, runs: 0 };
-    const e2eFwd = KERNELS_ONLY ? none : await timeRuns(runs, budgetMs, async () => {
+    const skipTyped = KERNELS_ONLY || STEPS_ONLY;
+    const e2eFwd = skipTyped ? none : await timeRuns(runs, budgetMs, async () => {
       await gpuForward(x, { chunkSize: C, kernels });
       return undefined;
     });
-    const e2eBoth = KERNELS_ONLY ? none : await timeRuns(runs, budgetMs, async () => {
+    const e2eBoth = skipTyped ? none : await timeRuns(runs, budgetMs, async () => {
       const { saved } = await gpuForward(x, { chunkSize: C, kernels, saveForBackward: true });
       await gpuBackward(saved!, { dout });
       saved!.release();
@@ -315,7 +351,7 @@ async function benchShape(
     const steady = { timing: { repeat: REPEAT, readData: false } };
     const time = async (job: ForwardJob | BackwardJob) => {
       const timed = await timeRuns(
-        runs,
+        STEPS_ONLY ? 1 : runs,
         budgetMs,
         async () => (await job.run({ timing: true })).stageNs,
       );
@@ -325,7 +361,14 @@ async function benchShape(
     };
     const [[fwd, fwdSteady], [bwd, bwdSteady]] = await withGpuJobs(set, x, dout, C, time, time);
     const device = KERNELS_ONLY
-      ? { forward: NaN, forwardBackward: NaN, createdBytesPerVjp: NaN, coldBytesPerVjp: NaN }
+      ? {
+        forward: NaN,
+        forwardBackward: NaN,
+        chainedForward: NaN,
+        chainedForwardBackward: NaN,
+        createdBytesPerVjp: NaN,
+        coldBytesPerVjp: NaN,
+      }
       : await onDeviceWall(s, kernels, x, dout, runs, budgetMs);
     const sum = (xs: number[] | null | undefined) => xs ? xs.reduce((a, b) => a + b, 0) : null;
     const steadyMs = [...(fwdSteady ?? []), ...(bwdSteady ?? [])].map((ns) => ns / 1e6);
@@ -379,7 +422,10 @@ async function benchShape(
     );
     console.log(
       `    resident wall fwd ${fmt(fwd.wallMs)} / bwd ${fmt(bwd.wallMs)} ms; GpuTensor step fwd ` +
-        `${fmt(device.forward)} / fwd+bwd ${fmt(device.forwardBackward)} ms; end to end fwd ` +
+        `${fmt(device.forward)} / fwd+bwd ${fmt(device.forwardBackward)} ms (chained ` +
+        `${fmt(device.chainedForward)} / ${
+          fmt(device.chainedForwardBackward)
+        } ms a step); end to end fwd ` +
         `${fmt(e2eFwd.wallMs)} / fwd+bwd ${fmt(e2eBoth.wallMs)} ms; ` +
         `${r.tflops.forward?.toPrecision(3) ?? "—"} TFLOP/s fwd, ` +
         `${r.tflops.forwardBackward?.toPrecision(3) ?? "—"} fwd+bwd; ` +

@@ -69,6 +69,9 @@ interface Result extends BenchShape {
   deviceMs?: {
     forward: Num;
     forwardBackward: Num;
+    /** Per step of 10 chained on GpuTensors with one read at the end (newer files). */
+    chainedForward?: Num;
+    chainedForwardBackward?: Num;
     createdBytesPerVjp?: Num;
     coldBytesPerVjp?: Num;
   };
@@ -200,13 +203,26 @@ function stageTables(rows: Timed[]): string[] {
   });
 }
 
+/**
+ * A result's step walls: per step of 10 chained with one read (how the issue measured), where the
+ * file has them, else one read per step.
+ */
+function stepOf(r: Timed | undefined): { forward: Num; forwardBackward: Num } {
+  const d = r?.deviceMs;
+  const chained = d?.chainedForward !== undefined && d?.chainedForward !== null &&
+    Number.isFinite(d.chainedForward);
+  return chained
+    ? { forward: d!.chainedForward!, forwardBackward: d!.chainedForwardBackward ?? null }
+    : { forward: d?.forward ?? null, forwardBackward: d?.forwardBackward ?? null };
+}
+
 /** One set's cells against Triton: kernel and step times, the step's ratio, the cold bytes. */
 function tritonCells(r: Timed | undefined, triton: [number, number] | undefined): string[] {
-  const d = r?.deviceMs;
+  const d = r?.deviceMs, step = stepOf(r);
   return [
     `${ms(r?.kernelMs.forward)} / ${ms(r?.kernelMs.total)}`,
-    `${ms(d?.forward)} / ${ms(d?.forwardBackward)}`,
-    `${ratio(d?.forward, triton?.[0])} / ${ratio(d?.forwardBackward, triton?.[1])}`,
+    `${ms(step.forward)} / ${ms(step.forwardBackward)}`,
+    `${ratio(step.forward, triton?.[0])} / ${ratio(step.forwardBackward, triton?.[1])}`,
     gb(d?.coldBytesPerVjp),
   ];
 }
@@ -214,11 +230,11 @@ function tritonCells(r: Timed | undefined, triton: [number, number] | undefined)
 /** One set's step walls and bytes (steady, cold) over issue 18's targets. */
 function targetCell(r: Timed | undefined, t: (typeof TARGETS)[string] | undefined): string {
   if (t === undefined) return "—";
-  const d = r?.deviceMs;
+  const d = r?.deviceMs, step = stepOf(r);
   const bytes = (b: Num) => toTarget(b === null || b === undefined ? b : b / 1e9, t.gb);
   return [
-    toTarget(d?.forward, t.forward),
-    toTarget(d?.forwardBackward, t.forwardBackward),
+    toTarget(step.forward, t.forward),
+    toTarget(step.forwardBackward, t.forwardBackward),
     bytes(d?.createdBytesPerVjp),
     bytes(d?.coldBytesPerVjp),
   ].join(" / ");
@@ -263,9 +279,10 @@ function tritonSection(rows: Timed[]): string[] {
       body,
     ),
     "",
-    "The step is kda, or kdaVjp, on GpuTensors followed by the one read a training step needs " +
-    "(`deviceMs`): the targets are measured on it, the kernel times (inputs resident, steady " +
-    "state) are beside it. The bytes are compared twice: steady is what one kdaVjp creates once " +
+    "The step is kda, or kdaVjp, on GpuTensors: per step of 10 chained with one read at the end, " +
+    "as the issue measured (`deviceMs.chained*`; older files: each step followed by its one read, " +
+    "`deviceMs.forward`, which adds a host sync of about 10 ms to every step). The targets are " +
+    "measured on it, the kernel times (inputs resident, steady state) are beside it. The bytes are compared twice: steady is what one kdaVjp creates once " +
     "the buffer pool (on by default) holds the buffers of the steps before it, cold is what it " +
     "creates with the pool emptied first, its whole footprint on the device beyond the inputs. " +
     "✓: the target is met; GB = 10⁹ bytes.",
@@ -537,6 +554,67 @@ function beforeAfter(docs: ResultsFile[]): string {
   return lines.join("\n");
 }
 
+/** Decoding throughput, as bench/decode.ts writes it (tokens per second). */
+function decodeSection(file: string, doc: {
+  what: string;
+  adapter: { description: string };
+  results: Record<string, number>[];
+}): string {
+  const tps = (x: number | undefined) => x === undefined ? "—" : x.toPrecision(3);
+  return [
+    `## Decoding — ${doc.adapter.description}, \`${file}\``,
+    "",
+    `${doc.what}: tokens per second.`,
+    "",
+    table(
+      [
+        "B",
+        "tokens per call",
+        "loop on GpuTensors",
+        "decode kernel alone",
+        "typed arrays",
+        "cpu arm",
+      ],
+      doc.results.map((r) => [
+        String(r.B),
+        String(r.tokensPerCall),
+        tps(r.deviceLoopTokensPerSecond),
+        tps(r.kernelTokensPerSecond),
+        tps(r.typedTokensPerSecond),
+        tps(r.cpuTokensPerSecond),
+      ]),
+    ),
+    "",
+  ].join("\n");
+}
+
+/** Packed batches against their longest sequence alone, as bench/varlen.ts writes it. */
+function varlenSection(file: string, doc: {
+  adapter: { description: string };
+  rows: Record<string, string | number>[];
+}): string {
+  return [
+    `## Packed batches — ${doc.adapter.description}, \`${file}\``,
+    "",
+    "Host wall of kda and kdaVjp on GpuTensors with one read each (a chained step), median, per " +
+    "kernel set (bench/varlen.ts): a packed batch should cost what its chunks cost.",
+    "",
+    table(
+      ["case", "set", "T", "sequences", "chunks", "kda ms", "kdaVjp ms"],
+      doc.rows.map((r) => [
+        String(r.case),
+        String(r.kernels),
+        String(r.T),
+        String(r.N),
+        String(r.chunks),
+        r.failed !== undefined ? `failed: ${r.failed}` : ms(r.forwardMs as number),
+        r.failed !== undefined ? "" : ms(r.vjpMs as number),
+      ]),
+    ),
+    "",
+  ].join("\n");
+}
+
 /** The results folder: --dir=PATH (relative to the working directory), else bench/results/. */
 function resultsDir(): URL {
   const arg = Deno.args.find((a) => a.startsWith("--dir="))?.slice(6);
@@ -548,13 +626,18 @@ async function main(): Promise<void> {
   const dir = resultsDir();
   const docs: ResultsFile[] = [];
   const ablations: AblationFile[] = [];
+  const extras: string[] = [];
   for await (const entry of Deno.readDir(dir)) {
     if (!entry.isFile || !entry.name.endsWith(".json")) continue;
     const doc = JSON.parse(await Deno.readTextFile(new URL(entry.name, dir)));
-    // bench/ablate.ts writes rows of sections; bench/gpu.ts writes results
-    if (Array.isArray(doc.rows)) ablations.push({ ...doc, file: entry.name });
+    // bench/decode.ts and bench/varlen.ts have files of their own; bench/ablate.ts writes rows of
+    // sections; bench/gpu.ts writes results
+    if (entry.name.endsWith("-decode.json")) extras.push(decodeSection(entry.name, doc));
+    else if (entry.name.endsWith("-varlen.json")) extras.push(varlenSection(entry.name, doc));
+    else if (Array.isArray(doc.rows)) ablations.push({ ...doc, file: entry.name });
     else if (Array.isArray(doc.results)) docs.push({ ...doc, file: entry.name });
   }
+  extras.sort();
   docs.sort((a, b) => a.file.localeCompare(b.file));
   ablations.sort((a, b) => a.file.localeCompare(b.file));
   const current = docs.filter((d) => d.label === undefined);
@@ -583,6 +666,7 @@ async function main(): Promise<void> {
     lines.push(fileSection(doc), svg !== "" ? `![per-stage kernel time](${svgName})\n` : "");
   }
   for (const a of ablations) lines.push(ablationSection(a));
+  lines.push(...extras);
   try {
     lines.push(await Deno.readTextFile(new URL("ANALYSIS.md", dir)));
   } catch (error) {
