@@ -263,7 +263,7 @@ Deno.test("KdaModule takes only its public options: detachKdaOutputs is refused 
     e instanceof TypeError &&
     e.message.startsWith(
       "options.detachKdaOutputs is not a known field: expected one of " +
-        "arm, strict, quiet, checkParameters (",
+        "arm, strict, quiet, kernels, checkParameters (",
     );
   const options = { arm: "cpu", detachKdaOutputs: true } as KdaModuleRunOptions;
   await assert.rejects(() => layer.vjp(x, [2, 9], dy, options), refused);

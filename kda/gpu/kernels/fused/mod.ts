@@ -10,9 +10,10 @@ import type { ChunkSize, KdaDims } from "../../../_types.ts";
 import type { AccessorDecl } from "../../accessors.ts";
 import { ofSize, type RegionTable, type Size } from "../../layout.ts";
 import type { KernelSet, Plan } from "../../kernel_set.ts";
+import { CC, chunkRanges, CK, CV, LOOP_BUDGET, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
-/** Invocations per workgroup of every kernel of the set. */
-const WORKGROUP_SIZE = 256;
+export { LOOP_BUDGET };
+
 /** Floats of one workgroup tile: the chunk kernels declare two (C × C at C = 64). */
 const TILE_FLOATS = 2048;
 /** Channels per staged block in the pairwise sums of intraChunk. */
@@ -26,16 +27,7 @@ const MAX_SCAN_TILE = 32;
 const SCAN_STATE_VEC4 = 1024;
 /** vec4 entries of the scans' row tile (C × VT / 4). */
 const SCAN_ROWS_VEC4 = 512;
-/**
- * llvmpipe ends an invocation, silently, after 65535 loop iterations counted over all its loops;
- * each scan dispatch covers only as many chunks as keep the busiest invocation under this. The
- * chunk-parallel kernels stay under it by construction (about 36,000 at K = V = 256, C = 64).
- */
-export const LOOP_BUDGET = 60000;
 
-const CK: Size = [[1, "C", "K"]];
-const CV: Size = [[1, "C", "V"]];
-const CC: Size = [[1, "C", "C"]];
 const TOKQK: Size = [[1, "B", "T", "H", "K"]];
 const TOKV: Size = [[1, "B", "T", "H", "V"]];
 const TOKB: Size = [[1, "B", "T", "H"]];
@@ -285,24 +277,12 @@ export const FUSED: KernelSet = {
     },
   },
   extra(shape: KdaDims, C: ChunkSize) {
-    const { K, V } = shape;
-    // VT: a power of two times 4 with K·VT ≤ 4·SCAN_STATE_VEC4 and C·VT ≤ 4·SCAN_ROWS_VEC4 (each
-    // scan invocation owns 4 state and 2 row entries), no wider than V needs.
-    let VT = MAX_SCAN_TILE;
-    while (
-      VT > 4 &&
-      (K * VT > 4 * SCAN_STATE_VEC4 || C * VT > 4 * SCAN_ROWS_VEC4 || VT / 2 >= V)
-    ) VT /= 2;
-    return { VT, nVT: Math.ceil(V / VT) };
+    return scanTile(shape, C, {
+      maxTile: MAX_SCAN_TILE,
+      stateVec4: SCAN_STATE_VEC4,
+      rowsVec4: SCAN_ROWS_VEC4,
+    });
   },
-  scanRanges(plan: Plan) {
-    const perChunk = scanLoopsPerChunk(plan);
-    const chunksPer = Math.max(1, Math.floor((LOOP_BUDGET - 64) / perChunk));
-    const ranges: [number, number][] = [];
-    for (let n0 = 0; n0 < plan.NC; n0 += chunksPer) {
-      ranges.push([n0, Math.min(plan.NC, n0 + chunksPer)]);
-    }
-    return ranges;
-  },
+  scanRanges: (plan: Plan) => chunkRanges(plan.NC, scanLoopsPerChunk(plan)),
   whyNot: () => null,
 };

@@ -9,16 +9,11 @@
 import type { ChunkSize, KdaDims } from "../../../_types.ts";
 import type { RegionTable, Size } from "../../layout.ts";
 import type { KernelSet, Plan } from "../../kernel_set.ts";
+// each dispatch covers as many tokens as keep an invocation under llvmpipe's loop budget
+import { LOOP_BUDGET, WORKGROUP_SIZE } from "../_plan.ts";
 
-/** Invocations per workgroup. */
-const WORKGROUP_SIZE = 256;
 /** State channels each lane holds in registers (four vec4s). */
 export const CHANNELS_PER_LANE = 16;
-/**
- * llvmpipe ends an invocation silently after 65535 loop iterations counted over all its loops;
- * each dispatch covers as many tokens as keep an invocation under this.
- */
-const LOOP_BUDGET = 60000;
 
 const TOKQK: Size = [[1, "B", "T", "H", "K"]];
 const TOKV: Size = [[1, "B", "T", "H", "V"]];

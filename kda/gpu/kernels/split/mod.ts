@@ -11,9 +11,8 @@ import type { ChunkSize, KdaDims } from "../../../_types.ts";
 import type { AccessorDecl } from "../../accessors.ts";
 import { ofSize, type RegionTable, type Size } from "../../layout.ts";
 import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
+import { CC, chunkRanges, CK, CV, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
-/** Invocations per workgroup of every kernel of the set. */
-const WORKGROUP_SIZE = 256;
 /** Channels per staged slice of the pairwise products. */
 const LP_BLOCK = 8;
 /** Widest scan tile (V columns). */
@@ -26,14 +25,8 @@ const TILE_A_VEC4 = 512;
 const TILE_B_VEC4 = 1024;
 /** Channels (or value columns) per staged slice of the output and gradient products. */
 const MM_SLICE = 16;
-/** Loop iterations an invocation may run on llvmpipe before it is ended silently (see fused/). */
-const LOOP_BUDGET = 60000;
 /** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
 const GRID_X = 32768;
-
-const CK: Size = [[1, "C", "K"]];
-const CV: Size = [[1, "C", "V"]];
-const CC: Size = [[1, "C", "C"]];
 
 /** A buffer holding one array of the call, bound directly where it is the caller's. */
 function arrayBuffer(
@@ -414,21 +407,14 @@ export const SPLIT: KernelSet = {
     },
   },
   extra(shape: KdaDims, C: ChunkSize) {
-    const { K, V } = shape;
-    let VT = MAX_SCAN_TILE;
-    while (
-      VT > 4 &&
-      (K * VT > 4 * SCAN_STATE_VEC4 || C * VT > 4 * SCAN_ROWS_VEC4 || VT / 2 >= V)
-    ) VT /= 2;
-    return { VT, nVT: Math.ceil(V / VT) };
+    return scanTile(shape, C, {
+      maxTile: MAX_SCAN_TILE,
+      stateVec4: SCAN_STATE_VEC4,
+      rowsVec4: SCAN_ROWS_VEC4,
+    });
   },
   scanRanges(plan: Plan) {
-    const perChunk = plan.K + 2 * plan.C + 4;
-    const chunksPer = Math.max(1, Math.floor((LOOP_BUDGET - 64) / perChunk));
-    const ranges: [number, number][] = [];
-    for (let n0 = 0; n0 < plan.NC; n0 += chunksPer) {
-      ranges.push([n0, Math.min(plan.NC, n0 + chunksPer)]);
-    }
+    const ranges = chunkRanges(plan.NC, plan.K + 2 * plan.C + 4);
     // a packed batch of empty sequences still runs one range, which copies h0 to ht
     return ranges.length > 0 ? ranges : [[0, 0]];
   },
