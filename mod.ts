@@ -119,4 +119,5 @@ export {
 } from "./kda/gpu/tensor.ts";
 export { toGpuInputs } from "./kda/op/device_inputs.ts";
 export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
-export { type Tensor } from "./tape/mod.ts";
+// the tape a layer can record on (KdaModule.forwardOnTape); the tape itself is at "@deltanet/kda/tape"
+export type { Data, Tape, Tensor } from "./tape/mod.ts";

@@ -8,8 +8,36 @@
 // set without knowing its stages. docs/kda.md 3.2 says how to add one.
 
 import type { ChunkSize, KdaDims } from "../_types.ts";
-import type { DimValues, RegionTable } from "./layout.ts";
 import type { AccessorDecl } from "./accessors.ts";
+
+// ---- symbolic sizes: what a buffer's layout is written in (layout.ts evaluates them) ----
+
+/** A dimension a size may depend on: B, T, H, K, V, C, or a set's own (a `Params` field). */
+export type Sym = string;
+/** coefficient · product of dims */
+export type Term = readonly [number, ...Sym[]];
+/** A sum of terms. */
+export type Size = readonly Term[];
+/** Dimension values to evaluate a size at. */
+export type DimValues = Readonly<Record<Sym, number>>;
+
+/** One named region of a buffer (or of its per-chunk block). */
+export interface Region {
+  /** The region's name; the WGSL function is `prefix + name`. */
+  name: string;
+  /** Its length in elements. */
+  size: Size;
+}
+
+/** A buffer layout: regions in order, packed without gaps. */
+export interface RegionTable {
+  /** Prefix of the generated WGSL offset functions. */
+  prefix: string;
+  /** Name of the generated WGSL function returning the total size, if any. */
+  sizeFn?: string;
+  /** The regions, in order. */
+  regions: readonly Region[];
+}
 
 /** The arrays a call moves in and out, by the op's names. */
 export type ArrayName =

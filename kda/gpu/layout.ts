@@ -8,36 +8,22 @@
 import type { ChunkSize, KdaDims } from "../_types.ts";
 import { MAX_HEAD_DIM } from "../_types.ts";
 import { DTYPES } from "../../base/dtype.ts";
-import type { BufferDecl, KernelSet, Plan, SetLimits } from "./kernel_set.ts";
+import type {
+  BufferDecl,
+  DimValues,
+  KernelSet,
+  Plan,
+  Region,
+  RegionTable,
+  SetLimits,
+  Size,
+  Sym,
+  Term,
+} from "./kernel_set.ts";
 
-// ---- symbolic sizes ----
+// ---- symbolic sizes (the types are the declaration's: kernel_set.ts) ----
 
-/** A dimension a size may depend on: B, T, H, K, V, C, or a set's own (a `Params` field). */
-export type Sym = string;
-/** coefficient · product of dims */
-export type Term = readonly [number, ...Sym[]];
-/** A sum of terms. */
-export type Size = readonly Term[];
-/** Dimension values to evaluate a size at. */
-export type DimValues = Readonly<Record<Sym, number>>;
-
-/** One named region of a buffer (or of its per-chunk block). */
-export interface Region {
-  /** The region's name; the WGSL function is `prefix + name`. */
-  name: string;
-  /** Its length in elements. */
-  size: Size;
-}
-
-/** A buffer layout: regions in order, packed without gaps. */
-export interface RegionTable {
-  /** Prefix of the generated WGSL offset functions. */
-  prefix: string;
-  /** Name of the generated WGSL function returning the total size, if any. */
-  sizeFn?: string;
-  /** The regions, in order. */
-  regions: readonly Region[];
-}
+export type { DimValues, Region, RegionTable, Size, Sym, Term };
 
 /**
  * Consecutive regions that share one size.
