@@ -17,8 +17,9 @@ import {
   type SavedState,
 } from "./job.ts";
 import { DeviceTensor, type GpuTensor, isGpuTensor, pinTensors } from "./tensor.ts";
-import { type Glue, glueOf } from "./glue.ts";
-import type { ExtraPass, ReadPiece } from "./encode.ts";
+import { glueOf } from "./glue.ts";
+import { glueIn, glueOut, type Layout, layoutFor, scratchTensor, viewDims } from "./_call_view.ts";
+import type { ReadPiece } from "./encode.ts";
 import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
 import { chooseKernels } from "./kernels/mod.ts";
 import { typeName } from "../../base/check.ts";
@@ -34,49 +35,6 @@ export type GpuArray = Float32Array | GpuTensor;
 
 /** The result array of a call on arrays of kind A: a Float32Array, or a DeviceTensor. */
 export type GpuResult<A extends GpuArray> = A extends Float32Array ? Float32Array : DeviceTensor;
-
-/** The call's layout beyond the set's view: grouped heads and packing the glue provides. */
-interface Layout {
-  /** The caller's dims. */
-  B: number;
-  T: number;
-  H: number;
-  HV: number;
-  K: number;
-  V: number;
-  /** Sequences (the leading axis of h0 and ht). */
-  N: number;
-  /** Value heads per query/key head, expanded by the glue (1: none, or the set takes them). */
-  expand: number;
-  /** The packed offsets, when the glue pads them to [N, Tmax] (on the device once uploaded). */
-  padded: { cuSeqlens: Int32Array; Tmax: number; offsets: GPUBuffer | null } | null;
-}
-
-/** The layout of a call's dims on a set: what the glue must expand or pad. */
-function layoutFor(
-  set: KernelSet,
-  x: { B: number; T: number; H: number; K: number; V: number; HV?: number; cuSeqlens?: Int32Array },
-): Layout {
-  const HV = x.HV ?? x.H;
-  const cu = x.cuSeqlens;
-  let padded: Layout["padded"] = null;
-  if (cu !== undefined && !set.native.packed) {
-    let Tmax = 1;
-    for (let i = 0; i + 1 < cu.length; i++) Tmax = Math.max(Tmax, cu[i + 1] - cu[i]);
-    padded = { cuSeqlens: cu, Tmax, offsets: null };
-  }
-  return {
-    B: x.B,
-    T: x.T,
-    H: x.H,
-    HV,
-    K: x.K,
-    V: x.V,
-    N: cu === undefined ? x.B : cu.length - 1,
-    expand: HV !== x.H && !set.native.groupedHeads ? HV / x.H : 1,
-    padded,
-  };
-}
 
 /** What a forward keeps for its backward: the set's saved state and the call's layout. */
 class SavedCall implements GpuSaved {
@@ -156,13 +114,6 @@ function checkArrays(x: KdaProblem<GpuArray>, layout: Layout): boolean {
   return device;
 }
 
-/** The dims the set sees: grouped heads expanded and a packed batch padded where the glue does. */
-function viewDims(layout: Layout) {
-  const H = layout.expand > 1 ? layout.HV : layout.H;
-  if (layout.padded === null) return { B: layout.B, T: layout.T, H };
-  return { B: layout.N, T: layout.padded.Tmax, H };
-}
-
 /**
  * Why the gpu arm cannot run a call with this set here, or null: the set's own limits, the
  * device's (features, workgroup memory, bindings), the shape, the scale, and the buffer and grid
@@ -232,12 +183,6 @@ function allocate<N extends string>(
   return out;
 }
 
-/** A call-scoped tensor view of a scratch buffer (not owned by any DeviceTensor). */
-function scratchTensor(scratch: BufferSet, name: string, shape: number[]): GpuTensor {
-  const bytes = bytesOf(shape.reduce((a, b) => a * b, 1), "f32");
-  return { buffer: scratch.make(name, bytes), shape, dtype: "f32" };
-}
-
 /** Whether a set keeps an input's own buffer for its backward (a saved buffer of one array). */
 function bindsSavedInputs(set: KernelSet): boolean {
   return set.buffers.some((b) =>
@@ -264,118 +209,6 @@ function onDevice(
     out[name] = t;
   }
   return out;
-}
-
-/** Glue passes that turn the caller's arrays into the set's view, and the view's arrays. */
-function glueIn(
-  glue: Glue,
-  scratch: BufferSet,
-  layout: Layout,
-  arrays: JobArrays,
-): { view: JobArrays; passes: ExtraPass[] } {
-  const { B, T, H, HV, K, V } = layout;
-  const passes: ExtraPass[] = [];
-  const view: JobArrays = { ...arrays };
-  if (layout.expand > 1) {
-    for (const name of ["q", "k"] as const) {
-      const src = view[name];
-      if (src === undefined) continue;
-      const dst = scratchTensor(scratch, `expanded ${name}`, [B, T, HV, K]);
-      passes.push(glue.pass(scratch, "expandHeads", {
-        src: src.buffer,
-        dst: dst.buffer,
-        n: B * T * HV * K,
-        width: K,
-        g: layout.expand,
-      }));
-      view[name] = dst;
-    }
-  }
-  const padded = layout.padded;
-  if (padded !== null) {
-    const Hv = layout.expand > 1 ? HV : H;
-    const widths: Partial<Record<ArrayName, number>> = {
-      q: Hv * K,
-      k: Hv * K,
-      v: HV * V,
-      g: HV * K,
-      beta: HV,
-      dout: HV * V,
-    };
-    for (const [name, width] of Object.entries(widths) as [ArrayName, number][]) {
-      const src = view[name];
-      if (src === undefined) continue;
-      const dst = scratchTensor(scratch, `padded ${name}`, [layout.N, padded.Tmax, width]);
-      passes.push(glue.pass(scratch, "padRows", {
-        src: src.buffer,
-        dst: dst.buffer,
-        n: layout.N * padded.Tmax * width,
-        width,
-        g: padded.Tmax,
-        offsets: padded.offsets!,
-        seqs: layout.N,
-      }));
-      view[name] = dst;
-    }
-  }
-  return { view, passes };
-}
-
-/**
- * The buffers the set writes its results into, and the glue passes that turn them into the
- * caller's results: unpack a padded batch, then sum the gradient of each group of value heads.
- */
-function glueOut(
-  glue: Glue,
-  scratch: BufferSet,
-  layout: Layout,
-  results: Partial<Record<ArrayName, GpuTensor>>,
-): { view: JobArrays; passes: ExtraPass[] } {
-  const { T, HV, K, V, N } = layout;
-  const passes: ExtraPass[] = [];
-  const view: JobArrays = {};
-  const padded = layout.padded;
-  const Hv = layout.expand > 1 ? HV : layout.H;
-  const widths: Partial<Record<ArrayName, number>> = {
-    o: HV * V,
-    dq: Hv * K,
-    dk: Hv * K,
-    dv: HV * V,
-    dg: HV * K,
-    dbeta: HV,
-  };
-  for (const [name, result] of Object.entries(results) as [ArrayName, GpuTensor][]) {
-    let target = result;
-    if (layout.expand > 1 && (name === "dq" || name === "dk")) {
-      // the set's per-value-head gradient, summed over each group into the caller's
-      const perHead = scratchTensor(scratch, `per-head ${name}`, [layout.B, T, HV, K]);
-      passes.unshift(glue.pass(scratch, "sumHeads", {
-        src: perHead.buffer,
-        dst: target.buffer,
-        n: layout.B * T * layout.H * K,
-        width: K,
-        g: layout.expand,
-      }));
-      target = perHead;
-    }
-    const width = widths[name];
-    if (padded !== null && width !== undefined) {
-      const rows = scratchTensor(scratch, `padded ${name}`, [N, padded.Tmax, width]);
-      // unpacking runs first: it feeds the group sums
-      passes.unshift(glue.pass(scratch, "unpadRows", {
-        src: rows.buffer,
-        dst: target.buffer,
-        n: T * width,
-        width,
-        g: padded.Tmax,
-        offsets: padded.offsets!,
-        seqs: N,
-      }));
-      target = rows;
-    }
-    view[name] = target;
-  }
-  return { view, passes };
 }
 
 /** Whole-buffer readbacks of results, in order. */
