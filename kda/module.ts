@@ -76,10 +76,18 @@ export interface KdaModuleRunOptions {
   kernels?: string;
   /**
    * Scan every parameter for NaN and infinity before running (default true): one bad value would
-   * turn every output into NaN. Set false to skip the scan when the parameters are known good.
+   * turn every output into NaN. The scan also refuses a `decay.a_log` whose exp overflows the
+   * layer's dtype (above about 709.78 in f64, 88.72 in f32), which would give NaN gradients. Set
+   * false to skip the scan when the parameters are known good.
    */
   checkParameters?: boolean;
 }
+
+/** The largest a_log whose exp is finite in each dtype: ln of the dtype's largest value. */
+const A_LOG_LIMIT: Readonly<Record<ComputeDType, number>> = Object.freeze({
+  f64: Math.log(Number.MAX_VALUE),
+  f32: Math.log((2 - 2 ** -23) * 2 ** 127),
+});
 
 const RUN_KEYS = ["arm", "strict", "quiet", "kernels", "checkParameters"];
 
@@ -249,6 +257,18 @@ export class KdaModule {
                 `(set options.checkParameters to false to skip this scan)`,
             );
           }
+        }
+      }
+      // exp(a_log) overflowing to Infinity still gives a finite forward (sigmoid(±Inf) is 0 or
+      // 1), but its backward multiplies Infinity by the sigmoid's zero slope: NaN gradients.
+      const aLog = this.#params.get("decay.a_log")!.data, limit = A_LOG_LIMIT[this.dtype];
+      for (let i = 0; i < aLog.length; i++) {
+        if (!(aLog[i] <= limit)) {
+          throw new RangeError(
+            `parameter decay.a_log must be at most ${limit}, where exp(a_log) stays finite in ` +
+              `${this.dtype}: got ${aLog[i]} at index ${i} (exp(a_log) is the decay's ` +
+              `sharpness, docs/kda.md 2.4)`,
+          );
         }
       }
     }

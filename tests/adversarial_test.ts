@@ -391,3 +391,32 @@ Deno.test("concurrent calls of mixed arms and shapes give the bits of sequential
     arrays.forEach((a, j) => assert.ok(bitsEqual(a, sequential[i][j]), `call ${i} array ${j}`))
   );
 });
+
+Deno.test("a KdaModule a_log whose exp overflows the layer's dtype is refused by name before running (it gave NaN gradients)", async () => {
+  const config = { dModel: 4, heads: 2, keyDim: 2, valueDim: 2, decayRank: 1 };
+  for (const dtype of ["f64", "f32"] as const) {
+    const limit = dtype === "f64" ? "709.782712893384" : "88.72283905206835";
+    const layer = new KdaModule(config, { dtype });
+    const x64 = Float64Array.from({ length: 12 }, (_, i) => Math.sin(i));
+    const x = dtype === "f64" ? x64 : Float32Array.from(x64);
+    const aLog = layer.parameters().get("decay.a_log")!.data;
+    aLog[1] = dtype === "f64" ? 1e30 : 100;
+    const message = `parameter decay.a_log must be at most ${limit}, where exp(a_log) stays ` +
+      `finite in ${dtype}: got ${aLog[1]} at index 1 (exp(a_log) is the decay's sharpness, ` +
+      `docs/kda.md 2.4)`;
+    await assert.rejects(() => layer.vjp(x, [1, 3], x, { arm: "cpu" }), {
+      name: "RangeError",
+      message,
+    });
+    await assert.rejects(() => layer.forward(x, [1, 3], { arm: "ops" }), {
+      name: "RangeError",
+      message,
+    });
+    // Just inside the limit the gradients are finite: exp(a_log) is finite and nothing is Inf · 0.
+    aLog[1] = dtype === "f64" ? 709 : 88.5;
+    const { grads } = await layer.vjp(x, [1, 3], x, { arm: "cpu" });
+    for (const [name, g] of grads) {
+      assert.ok(g.every(Number.isFinite), `${dtype} ${name} is finite`);
+    }
+  }
+});

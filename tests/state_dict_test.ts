@@ -323,3 +323,31 @@ Deno.test("loading a layer (loadLayer, fromStateDict) never draws random weights
   const misfit = tinyCheckpoint({ ...SMALL, heads: 3 });
   assert.equal(expm1Calls(() => assert.throws(() => loadLayer(misfit), RangeError)), 0);
 });
+
+Deno.test("loadStateDict into an f32 layer refuses a finite f64 value that rounds to Infinity in f32, and loads nothing", () => {
+  const layer = new KdaModule(SMALL, { dtype: "f32" });
+  const before = stateDict(layer);
+  const dict = stateDict(new KdaModule(SMALL, { dtype: "f64" }));
+  dict.get("o_norm_w")![2] = 1e300;
+  assert.throws(() => loadStateDict(layer, dict), {
+    name: "RangeError",
+    message:
+      'dict "o_norm_w" must be finite in the layer\'s f32 (|x| <= 3.4028234663852886e+38): ' +
+      "got 1e+300 at index 2, which rounds to Infinity",
+  });
+  assert.deepEqual(stateDict(layer), before, "nothing was loaded");
+  // The largest f32 value and values that round down to it still load.
+  dict.get("o_norm_w")![2] = -3.4028235e38;
+  loadStateDict(layer, dict);
+  assert.equal(layer.parameters().get("o_norm_w")!.data[2], -3.4028234663852886e38);
+  // The same refusal from a checkpoint: an f64 file loaded as an f32 layer.
+  const bytes = saveLayer(new KdaModule(SMALL));
+  const { tensors, metadata } = readSafetensors(bytes);
+  const out = new Map<string, { data: Float64Array; shape: readonly number[] }>();
+  for (const [name, t] of tensors) out.set(name, { data: t.data as Float64Array, shape: t.shape });
+  out.get("decay.a_log")!.data[1] = -1e39;
+  assert.throws(() => loadLayer(writeSafetensors(out, { ...metadata, dtype: "f32" })), {
+    name: "RangeError",
+    message: /^dict "decay\.a_log" must be finite in the layer's f32 .*got -1e\+39 at index 1/,
+  });
+});

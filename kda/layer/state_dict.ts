@@ -76,12 +76,16 @@ export function groupShapes(config: Readonly<LayerConfig>): Map<string, number[]
   return new Map(layerGroups(config).map((g) => [g.name, [...g.shape]]));
 }
 
+/** The largest finite f32 value: anything larger in magnitude rounds to ±Infinity in f32. */
+const F32_MAX = 3.4028234663852886e38;
+
 /**
  * Checks a dict of tensors against the group shapes `want` and the dtype they load into, and
  * returns what to copy where, without allocating or writing anything: every check comes first.
  *
  * @param want Group name to shape (the layer's, or {@linkcode groupShapes} of a config).
- * @param _dtype The dtype the values load into.
+ * @param dtype The dtype the values load into: an f32 layer refuses a finite value that f32
+ *   cannot hold (it would round to ±Infinity).
  * @param dict The tensors.
  * @param strict Throw on unknown or missing tensors.
  * @param shortConv Whether the layer has the short convolution (for the messages).
@@ -89,7 +93,7 @@ export function groupShapes(config: Readonly<LayerConfig>): Map<string, number[]
  */
 export function checkStateDict(
   want: Map<string, readonly number[]>,
-  _dtype: ComputeDType,
+  dtype: ComputeDType,
   dict: unknown,
   strict: boolean,
   shortConv: boolean,
@@ -151,9 +155,17 @@ export function checkStateDict(
         }]): got ${data.length}`,
       );
     }
+    const narrow = dtype === "f32" && data instanceof Float64Array;
     for (let i = 0; i < data.length; i++) {
-      if (!Number.isFinite(data[i])) {
-        throw new RangeError(`dict "${name}" must be finite: got ${data[i]} at index ${i}`);
+      const v = data[i];
+      if (!Number.isFinite(v)) {
+        throw new RangeError(`dict "${name}" must be finite: got ${v} at index ${i}`);
+      }
+      if (narrow && Math.abs(v) > F32_MAX && !Number.isFinite(Math.fround(v))) {
+        throw new RangeError(
+          `dict "${name}" must be finite in the layer's f32 (|x| <= ${F32_MAX}): got ${v} at ` +
+            `index ${i}, which rounds to ${Math.fround(v)}`,
+        );
       }
     }
     sources.set(name, data);
@@ -185,7 +197,8 @@ export function stateDict(layer: LayerParameters): StateDict {
 /**
  * Copies tensors into the layer's parameter groups, in place. A tensor may be a bare array (its
  * length is checked) or `{ data, shape }` (its shape is checked); f32 values load exactly into an
- * f64 layer and f64 values are rounded to nearest into an f32 layer. Every tensor is checked before any is
+ * f64 layer and f64 values are rounded to nearest into an f32 layer (a finite value beyond f32's
+ * range, which would round to ±Infinity, is refused). Every tensor is checked before any is
  * written, so a rejected dict leaves the layer unchanged.
  *
  * @param layer The layer to load into.
