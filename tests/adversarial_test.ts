@@ -296,6 +296,34 @@ Deno.test("unknown fields in inputs, cotangents and options are refused, naming 
   );
 });
 
+Deno.test("flash-linear-attention's names for inputs, cotangents and options are refused, pointing to this package's name for the same thing", async () => {
+  const x = randomKda({ B: 1, T: 3, H: 1, K: 2, V: 2 }, 16);
+  const dout = cotangent(x, 5);
+  const refused = (p: Promise<unknown>, message: string) =>
+    assert.rejects(p, (e: Error) => e instanceof TypeError && e.message === message);
+  const inputKeys = "B, T, H, K, V, HV, cuSeqlens, q, k, v, g, beta, h0, scale";
+  await refused(
+    kda({ ...x, initial_state: new Float64Array(4) } as never),
+    `inputs.initial_state is not a known field: expected one of ${inputKeys} ` +
+      "(inputs.h0 is this package's name for it)",
+  );
+  await refused(
+    kda({ ...x, cu_seqlens: new Int32Array([0, 3]) } as never),
+    `inputs.cu_seqlens is not a known field: expected one of ${inputKeys} ` +
+      "(inputs.cuSeqlens is this package's name for it)",
+  );
+  await refused(
+    kda(x, { chunk_size: 64 } as never),
+    "options.chunk_size is not a known field: expected one of arm, chunkSize, strict, quiet " +
+      "(options.chunkSize is this package's name for it)",
+  );
+  await refused(
+    kdaVjp(x, { do: dout } as never),
+    "cotangents.do is not a known field: expected one of dout, dht " +
+      "(cotangents.dout is this package's name for it)",
+  );
+});
+
 Deno.test("a KdaModule parameter set to NaN or Inf is named with its index, unless the scan is skipped", async () => {
   const layer = new KdaModule({ dModel: 4, heads: 1, keyDim: 2, valueDim: 2, decayRank: 1 });
   const x = new Float64Array(12).fill(0.1);
