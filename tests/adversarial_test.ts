@@ -1,6 +1,8 @@
 // The standing adversarial suite: every defect found by hostile or careless use, held as a
-// regression; a seeded slice of the edge sweep (tests/_adversarial.ts; `deno task fuzz` runs it at
-// full size); and concurrency on shared tapes, compared bit for bit with sequential runs.
+// regression; seeded slices of the edge sweep of the op (tests/_adversarial.ts), the decode sweep
+// (tests/_adversarial_step.ts) and the state-dict sweep (tests/_adversarial_state.ts), which
+// `deno task fuzz` runs at full size; and concurrency on shared tapes, compared bit for bit with
+// sequential runs.
 
 import assert from "node:assert/strict";
 import {
@@ -19,7 +21,9 @@ import { type KdaRequest, runKda } from "../kda/op/arms.ts";
 import type { Arm, KdaProblem } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
 import { gpuLiveBuffers } from "../kda/gpu/mod.ts";
-import { checkCase, edgeCase } from "./_adversarial.ts";
+import { checkCase, edgeCase, LAYOUTS } from "./_adversarial.ts";
+import { checkStepCase, stepCase } from "./_adversarial_step.ts";
+import { checkStateCase, MUTATIONS, stateCase } from "./_adversarial_state.ts";
 import { agreement, bitsEqual, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu, status } from "./_gpu.ts";
 
@@ -382,16 +386,49 @@ Deno.test("the default arm for f32 work follows the adapter kind and a software 
 
 // ---- the edge sweep and concurrency ----
 
-Deno.test("a seeded slice of the edge sweep: cpu agrees with ops in f64 and gpu with cpu in f32", async () => {
+Deno.test("a seeded slice of the edge sweep (regular, packed with zero-length sequences, grouped value heads, strong gates): cpu agrees with ops in f64 and gpu with cpu in f32", async () => {
   const failures: string[] = [];
   const worst: Record<string, number> = {};
+  const seen = new Set<string>();
   for (let i = 0; i < 24; i++) {
     const c = edgeCase(20261130, i);
+    seen.add(c.label.split(" ")[1] + (c.strong ? " strong" : ""));
+    if (c.problem.cuSeqlens?.some((v, j, a) => j > 0 && v === a[j - 1])) seen.add("empty sequence");
     const r = await checkCase(c, status.available);
     failures.push(...r.disagreements.map((d) => `${d.label} ${d.pair} ${d.tensor}: ${d.detail}`));
     for (const [pair, w] of Object.entries(r.worst)) worst[pair] = Math.max(worst[pair] ?? 0, w);
   }
   console.log(`  worst: ${JSON.stringify(worst)}`);
+  assert.deepEqual(failures, []);
+  // The slice covers every layout, in both gate regimes, and at least one empty sequence.
+  for (const layout of LAYOUTS) {
+    assert.ok(seen.has(layout) && seen.has(`${layout} strong`), `the slice has no ${layout} case`);
+  }
+  assert.ok(seen.has("empty sequence"), "the slice has no zero-length sequence");
+});
+
+Deno.test("a seeded slice of the decode sweep: kdaStep chains on the cpu and ops arms equal the op on the whole sequence in f64 (K = 257 and grouped heads included), the gpu chain the cpu chain in f32", async () => {
+  const failures: string[] = [];
+  const worst: Record<string, number> = {};
+  let wide = 0, grouped = 0;
+  for (let i = 0; i < 12; i++) {
+    const c = stepCase(20261130, i);
+    if (c.x.K > 256) wide++;
+    if (c.x.HV !== undefined) grouped++;
+    const r = await checkStepCase(c, status.available);
+    failures.push(...r.disagreements.map((d) => `${d.label} ${d.pair} ${d.tensor}: ${d.detail}`));
+    for (const [pair, w] of Object.entries(r.worst)) worst[pair] = Math.max(worst[pair] ?? 0, w);
+  }
+  console.log(`  worst: ${JSON.stringify(worst)}`);
+  assert.deepEqual(failures, []);
+  assert.ok(wide > 0 && grouped > 0, `the slice has ${wide} K > 256 and ${grouped} grouped cases`);
+});
+
+Deno.test("a seeded slice of the state-dict sweep: valid dicts load exactly and round-trip, invalid dicts and files are refused by name with nothing loaded and no random draw, optimizer steps are all or nothing", () => {
+  const failures: string[] = [];
+  for (let i = 0; i < 3 * MUTATIONS.length; i++) {
+    failures.push(...checkStateCase(stateCase(20261130, i)));
+  }
   assert.deepEqual(failures, []);
 });
 
