@@ -215,7 +215,7 @@ export class KdaModule {
     for (const [name, shape] of shapes) {
       const source = sources.get(name)!;
       const data = alloc(dtype, source.length);
-      data.set(source); // f64 values round to nearest into an f32 layer
+      data.set(source); // f64 values round to nearest into an f32 layer (checked to stay finite)
       params.set(name, new Tensor(data, shape));
     }
     return new KdaModule(resolved, { dtype, [LOADED]: params } as { dtype: ComputeDType });

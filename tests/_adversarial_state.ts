@@ -283,7 +283,8 @@ export function checkStateCase(c: StateCase): string[] {
     case "adamw step": {
       const params = target.parameters();
       const lr = 10 ** (-3 + Math.floor(rand() * 310));
-      const scale = 10 ** Math.floor(rand() * 309);
+      // Up to 1e300, so that scale · N(0, 1) stays finite (the gradient must be a valid one).
+      const scale = 10 ** Math.floor(rand() * 301);
       const grads = new Map(
         [...params].map((
           [n, p],
