@@ -318,7 +318,8 @@ Deno.test("flash-linear-attention's names for inputs, cotangents and options are
   );
   await refused(
     kda(x, { chunk_size: 64 } as never),
-    "options.chunk_size is not a known field: expected one of arm, chunkSize, strict, quiet " +
+    "options.chunk_size is not a known field: expected one of arm, chunkSize, kernels, strict, " +
+      "quiet " +
       "(options.chunkSize is this package's name for it)",
   );
   await refused(

@@ -4,7 +4,15 @@
 // arm in f32, and every bad offset table gets its named error.
 
 import assert from "node:assert/strict";
-import { type Float, kda, type KdaCotangents, type KdaInputs, kdaVjp } from "../mod.ts";
+import {
+  type Float,
+  kda,
+  type KdaCotangents,
+  type KdaInputs,
+  kdaVjp,
+  releaseTensors,
+  toGpuInputs,
+} from "../mod.ts";
 import type { Arm, ChunkSize } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
 import { bitsEqual, randomKda, Worst } from "./_fixtures.ts";
@@ -226,20 +234,38 @@ Deno.test("kda() and kdaVjp() on the cpu and ops arms run zero-length sequences 
 });
 
 gpuTest(
-  "kda() and kdaVjp() gpu arm run zero-length sequences in a packed batch, agreeing with the cpu arm in f32",
+  "kda() and kdaVjp() gpu arm (each kernel set, host and device inputs) run zero-length sequences in a packed batch, agreeing with the cpu arm in f32",
   async () => {
     const worst = new Worst();
-    let seed = 400;
-    for (const lengths of WITH_EMPTY) {
-      const { inputs, ct } = packed(lengths, seed++, "f32");
-      const label = `lengths ${lengths}`;
-      const gpu = await kda(inputs, { arm: "gpu", strict: true });
-      const cpu = await kda(inputs, { arm: "cpu", strict: true });
-      worst.check(`o ${label}`, gpu.o, cpu.o, 2e-6);
-      worst.check(`ht ${label}`, gpu.ht, cpu.ht, 2e-6);
-      const gGpu = await kdaVjp(inputs, ct, { arm: "gpu", strict: true });
-      const gCpu = await kdaVjp(inputs, ct, { arm: "cpu", strict: true });
-      for (const name of GRAD_NAMES) worst.check(`${name} ${label}`, gGpu[name], gCpu[name], 2e-5);
+    for (const kernels of ["fused", "split"]) {
+      let seed = 400;
+      for (const lengths of WITH_EMPTY) {
+        const { inputs, ct } = packed(lengths, seed++, "f32");
+        const label = `${kernels} lengths ${lengths}`;
+        const options = { arm: "gpu" as const, kernels, strict: true };
+        const gpu = await kda(inputs, options);
+        const cpu = await kda(inputs, { arm: "cpu", strict: true });
+        worst.check(`o ${label}`, gpu.o, cpu.o, 2e-6);
+        worst.check(`ht ${label}`, gpu.ht, cpu.ht, 2e-6);
+        const gGpu = await kdaVjp(inputs, ct, options);
+        const gCpu = await kdaVjp(inputs, ct, { arm: "cpu", strict: true });
+        for (const name of GRAD_NAMES) {
+          worst.check(`${name} ${label}`, gGpu[name], gCpu[name], 2e-5);
+        }
+        // The same batch from tensors that stay on the device (GpuTensor inputs).
+        const up = await toGpuInputs(inputs as KdaInputs<Float32Array>);
+        try {
+          const resident = await kda(up, options);
+          try {
+            worst.check(`device o ${label}`, await resident.o.read(), cpu.o, 2e-6);
+            worst.check(`device ht ${label}`, await resident.ht.read(), cpu.ht, 2e-6);
+          } finally {
+            releaseTensors(resident);
+          }
+        } finally {
+          releaseTensors(up);
+        }
+      }
     }
     worst.report("gpu vs cpu, packed with empty sequences");
   },

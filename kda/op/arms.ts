@@ -183,8 +183,8 @@ const opsArm: CompositeArm<KdaRequest> = {
       if (tokens.end === tokens.start) {
         // A zero-length sequence has no rows and passes its state through: ht = h0 (or zeros),
         // so dh0 = dht for it.
-        const { H, K, V } = request;
-        hts.push(state ?? constant(q!.dtype, new Float64Array(H * K * V), [1, H, K, V]));
+        const { K, V } = request;
+        hts.push(state ?? constant(q!.dtype, new Float64Array(HV * K * V), [1, HV, K, V]));
         continue;
       }
       const cut = (t: Tensor) => slice(t, 1, tokens);
