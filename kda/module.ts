@@ -260,14 +260,16 @@ export class KdaModule {
         }
       }
       // exp(a_log) overflowing to Infinity still gives a finite forward (sigmoid(±Inf) is 0 or
-      // 1), but its backward multiplies Infinity by the sigmoid's zero slope: NaN gradients.
-      const aLog = this.#params.get("decay.a_log")!.data, limit = A_LOG_LIMIT[this.dtype];
+      // 1; the Kimi form's −e^{A_log}·softplus gives gates of −Inf, whose decay is 0), but the
+      // backward multiplies that Infinity by a zero slope: NaN gradients.
+      const [group, doc] = isKimi(this.config) ? ["A_log", "2.9"] : ["decay.a_log", "2.4"];
+      const aLog = this.#params.get(group)!.data, limit = A_LOG_LIMIT[this.dtype];
       for (let i = 0; i < aLog.length; i++) {
         if (!(aLog[i] <= limit)) {
           throw new RangeError(
-            `parameter decay.a_log must be at most ${limit}, where exp(a_log) stays finite in ` +
-              `${this.dtype}: got ${aLog[i]} at index ${i} (exp(a_log) is the decay's ` +
-              `sharpness, docs/kda.md 2.4)`,
+            `parameter ${group} must be at most ${limit}, where exp(${group}) stays finite in ` +
+              `${this.dtype}: got ${aLog[i]} at index ${i} (exp(${group}) is the decay's ` +
+              `sharpness, docs/kda.md ${doc})`,
           );
         }
       }

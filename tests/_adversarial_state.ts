@@ -1,5 +1,5 @@
 // The seeded state-dict sweep shared by tests/adversarial_test.ts (a small slice) and
-// tests/fuzz.ts: random small layers, random valid dicts (bare or shaped, f64 or f32 values) that
+// tests/fuzz.ts: random small layers of either form (KDA, Kimi Linear), random valid dicts (bare or shaped, f64 or f32 values) that
 // must load exactly and round-trip through a checkpoint, random invalid dicts and checkpoint files
 // (a missing, extra, misshapen, non-finite or f32-overflowing tensor; a config claiming another or a
 // huge layer; a repeated header key; a byte-order mark) that must be refused by name with nothing
@@ -7,6 +7,7 @@
 
 import { type KdaConfig, KdaModule, loadLayer, loadStateDict, saveLayer } from "../mod.ts";
 import { AdamW, Sgd } from "../optim/mod.ts";
+import type { KimiConfigInput } from "../kda/layer/config.ts";
 import { readSafetensors, writeSafetensors } from "../io/mod.ts";
 import { mulberry32, normal } from "./_fixtures.ts";
 
@@ -32,7 +33,7 @@ export const MUTATIONS = [
 /** One drawn case. */
 export interface StateCase {
   label: string;
-  config: Partial<KdaConfig>;
+  config: Partial<KdaConfig> | KimiConfigInput;
   dtype: "f64" | "f32";
   mutation: (typeof MUTATIONS)[number];
   seed: number;
@@ -42,15 +43,26 @@ export interface StateCase {
 export function stateCase(seed: number, index: number): StateCase {
   const rand = mulberry32((seed * 2654435761 + index * 40503) >>> 0);
   const int = (lo: number, hi: number) => lo + Math.floor(rand() * (hi - lo + 1));
-  const config = {
+  const kimi = rand() < 1 / 3;
+  const heads = int(1, 3);
+  const common = {
     dModel: int(1, 8),
-    heads: int(1, 3),
+    heads,
     keyDim: int(1, 4),
     valueDim: int(1, 4),
-    decayRank: int(1, 3),
     shortConv: rand() < 0.5,
     seed: int(0, 1000),
   };
+  // Either form of the layer: the KDA form (docs/kda.md 2.4) or Kimi Linear with fla's groups.
+  const config: Partial<KdaConfig> | KimiConfigInput = kimi
+    ? {
+      form: "kimi",
+      ...common,
+      numVHeads: heads * int(1, 2),
+      convBias: rand() < 0.5,
+      lowerBound: rand() < 0.5 ? null : -5,
+    }
+    : { ...common, decayRank: int(1, 3) };
   const dtype = rand() < 0.5 ? "f64" : "f32";
   const mutation = MUTATIONS[index % MUTATIONS.length];
   const label = `state #${index} ${mutation} ${dtype} ${JSON.stringify(config)}`;
@@ -246,8 +258,14 @@ export function checkStateCase(c: StateCase): string[] {
     case "file: other config":
     case "file: huge config": {
       const claim = c.mutation === "file: huge config"
-        ? { ...target.config, dModel: target.config.dModel * 4096, heads: 16, keyDim: 256 }
-        : { ...target.config, heads: target.config.heads + 1 };
+        ? {
+          ...target.config,
+          dModel: target.config.dModel * 4096,
+          heads: 16,
+          keyDim: 256,
+          ...("numVHeads" in target.config ? { numVHeads: 16 } : {}),
+        }
+        : { ...target.config, keyDim: target.config.keyDim + 1 };
       const bytes = saveLayer(target);
       const { metadata } = readSafetensors(bytes);
       const lie = editHeader(bytes, (h) => {

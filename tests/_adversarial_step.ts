@@ -107,7 +107,7 @@ async function decode(x: KdaProblem, arm: Arm): Promise<Map<string, Float>> {
       v: rows(x.v, HV * V),
       g: rows(x.g, HV * K),
       beta: rows(x.beta, HV),
-    }, { arm, strict: true });
+    }, { arm, strict: true, allowNegEigval: true });
     out.set(`o@${t}`, step.o);
     state = step.state;
   }
@@ -117,7 +117,7 @@ async function decode(x: KdaProblem, arm: Arm): Promise<Map<string, Float>> {
 
 /** The same tensors from the op on the whole sequence (ops arm). */
 async function whole(x: KdaProblem): Promise<Map<string, Float>> {
-  const { o, ht } = await kda(x, { arm: "ops", strict: true });
+  const { o, ht } = await kda(x, { arm: "ops", strict: true, allowNegEigval: true });
   const HV = x.HV ?? x.H;
   const out = new Map<string, Float>();
   for (let t = 0; t < x.T; t++) out.set(`o@${t}`, rowsAt(o, x.B, x.T, t, HV * x.V));

@@ -303,30 +303,47 @@ Deno.test("unknown fields in inputs, cotangents and options are refused, naming 
 Deno.test("flash-linear-attention's names for inputs, cotangents and options are refused, pointing to this package's name for the same thing", async () => {
   const x = randomKda({ B: 1, T: 3, H: 1, K: 2, V: 2 }, 16);
   const dout = cotangent(x, 5);
-  const refused = (p: Promise<unknown>, message: string) =>
-    assert.rejects(p, (e: Error) => e instanceof TypeError && e.message === message);
-  const inputKeys = "B, T, H, K, V, HV, cuSeqlens, q, k, v, g, beta, h0, scale";
+  /** The refusal of `foreign` in `where`, naming `ours` as this package's field for it. */
+  const refused = (p: Promise<unknown>, where: string, foreign: string, ours: string) =>
+    assert.rejects(
+      p,
+      (e: Error) =>
+        e instanceof TypeError &&
+        e.message.startsWith(`${where}.${foreign} is not a known field: expected one of `) &&
+        e.message.endsWith(`(${where}.${ours} is this package's name for it)`),
+      `${where}.${foreign}`,
+    );
+  const withInput = (key: string, value: unknown) => kda({ ...x, [key]: value } as never);
+  await refused(withInput("initial_state", new Float64Array(4)), "inputs", "initial_state", "h0");
   await refused(
-    kda({ ...x, initial_state: new Float64Array(4) } as never),
-    `inputs.initial_state is not a known field: expected one of ${inputKeys} ` +
-      "(inputs.h0 is this package's name for it)",
+    withInput("cu_seqlens", new Int32Array([0, 3])),
+    "inputs",
+    "cu_seqlens",
+    "cuSeqlens",
+  );
+  await refused(withInput("A_log", new Float64Array(1)), "inputs", "A_log", "aLog");
+  await refused(withInput("dt_bias", new Float64Array(2)), "inputs", "dt_bias", "dtBias");
+  const withOption = (key: string, value: unknown) => kda(x, { [key]: value } as never);
+  await refused(withOption("chunk_size", 64), "options", "chunk_size", "chunkSize");
+  await refused(
+    withOption("output_final_state", false),
+    "options",
+    "output_final_state",
+    "outputFinalState",
   );
   await refused(
-    kda({ ...x, cu_seqlens: new Int32Array([0, 3]) } as never),
-    `inputs.cu_seqlens is not a known field: expected one of ${inputKeys} ` +
-      "(inputs.cuSeqlens is this package's name for it)",
+    withOption("use_qk_l2norm_in_kernel", true),
+    "options",
+    "use_qk_l2norm_in_kernel",
+    "useQkL2NormInKernel",
   );
   await refused(
-    kda(x, { chunk_size: 64 } as never),
-    "options.chunk_size is not a known field: expected one of arm, chunkSize, kernels, strict, " +
-      "quiet " +
-      "(options.chunkSize is this package's name for it)",
+    withOption("allow_neg_eigval", true),
+    "options",
+    "allow_neg_eigval",
+    "allowNegEigval",
   );
-  await refused(
-    kdaVjp(x, { do: dout } as never),
-    "cotangents.do is not a known field: expected one of dout, dht " +
-      "(cotangents.dout is this package's name for it)",
-  );
+  await refused(kdaVjp(x, { do: dout } as never), "cotangents", "do", "dout");
 });
 
 Deno.test("a KdaModule parameter set to NaN or Inf is named with its index, unless the scan is skipped", async () => {
@@ -458,31 +475,51 @@ Deno.test("concurrent calls of mixed arms and shapes give the bits of sequential
   );
 });
 
-Deno.test("a KdaModule a_log whose exp overflows the layer's dtype is refused by name before running (it gave NaN gradients)", async () => {
-  const config = { dModel: 4, heads: 2, keyDim: 2, valueDim: 2, decayRank: 1 };
-  for (const dtype of ["f64", "f32"] as const) {
-    const limit = dtype === "f64" ? "709.782712893384" : "88.72283905206835";
-    const layer = new KdaModule(config, { dtype });
-    const x64 = Float64Array.from({ length: 12 }, (_, i) => Math.sin(i));
-    const x = dtype === "f64" ? x64 : Float32Array.from(x64);
-    const aLog = layer.parameters().get("decay.a_log")!.data;
-    aLog[1] = dtype === "f64" ? 1e30 : 100;
-    const message = `parameter decay.a_log must be at most ${limit}, where exp(a_log) stays ` +
-      `finite in ${dtype}: got ${aLog[1]} at index 1 (exp(a_log) is the decay's sharpness, ` +
-      `docs/kda.md 2.4)`;
-    await assert.rejects(() => layer.vjp(x, [1, 3], x, { arm: "cpu" }), {
-      name: "RangeError",
-      message,
-    });
-    await assert.rejects(() => layer.forward(x, [1, 3], { arm: "ops" }), {
-      name: "RangeError",
-      message,
-    });
-    // Just inside the limit the gradients are finite: exp(a_log) is finite and nothing is Inf · 0.
-    aLog[1] = dtype === "f64" ? 709 : 88.5;
-    const { grads } = await layer.vjp(x, [1, 3], x, { arm: "cpu" });
-    for (const [name, g] of grads) {
-      assert.ok(g.every(Number.isFinite), `${dtype} ${name} is finite`);
+Deno.test("a KdaModule a_log (the Kimi form's A_log) whose exp overflows the layer's dtype is refused by name before running (it gave NaN gradients)", async () => {
+  const forms = [
+    {
+      group: "decay.a_log",
+      doc: "2.4",
+      config: { dModel: 4, heads: 2, keyDim: 2, valueDim: 2, decayRank: 1 },
+    },
+    {
+      group: "A_log",
+      doc: "2.9",
+      config: { form: "kimi", dModel: 4, heads: 1, numVHeads: 2, keyDim: 2, valueDim: 2 },
+    },
+  ] as const;
+  for (const { group, doc, config } of forms) {
+    for (const dtype of ["f64", "f32"] as const) {
+      const limit = dtype === "f64" ? "709.782712893384" : "88.72283905206835";
+      const layer = new KdaModule(config, { dtype });
+      const x64 = Float64Array.from({ length: 12 }, (_, i) => Math.sin(i));
+      const x = dtype === "f64" ? x64 : Float32Array.from(x64);
+      const aLog = layer.parameters().get(group)!.data;
+      aLog[1] = dtype === "f64" ? 1e30 : 100;
+      // Unscanned, the forward is finite but the backward multiplies Infinity by zero.
+      const { y, grads: bad } = await layer.vjp(x, [1, 3], x, {
+        arm: "cpu",
+        checkParameters: false,
+      });
+      assert.ok(y.every(Number.isFinite), `${group} ${dtype}: y is finite`);
+      assert.ok([...bad.values()].some((g) => g.some(Number.isNaN)), `${group} ${dtype}: NaN`);
+      const message = `parameter ${group} must be at most ${limit}, where exp(${group}) stays ` +
+        `finite in ${dtype}: got ${aLog[1]} at index 1 (exp(${group}) is the decay's ` +
+        `sharpness, docs/kda.md ${doc})`;
+      await assert.rejects(() => layer.vjp(x, [1, 3], x, { arm: "cpu" }), {
+        name: "RangeError",
+        message,
+      });
+      await assert.rejects(() => layer.forward(x, [1, 3], { arm: "ops" }), {
+        name: "RangeError",
+        message,
+      });
+      // Just inside the limit the gradients are finite: exp(a_log) is finite, nothing is Inf · 0.
+      aLog[1] = dtype === "f64" ? 709 : 88.5;
+      const { grads } = await layer.vjp(x, [1, 3], x, { arm: "cpu" });
+      for (const [name, g] of grads) {
+        assert.ok(g.every(Number.isFinite), `${group} ${dtype} ${name} is finite`);
+      }
     }
   }
 });
