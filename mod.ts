@@ -66,6 +66,7 @@ export {
   KIMI_PARAMETER_TABLE,
   type LayerGroup,
   layerGroups,
+  loadLayer,
   PARAMETER_TABLE,
   type ParameterInit,
   parameterNames,
@@ -79,7 +80,7 @@ export {
 } from "./kda/layer/fla.ts";
 export {
   fromTritonNames,
-  loadLayer,
+  type LayerParameters,
   loadStateDict,
   type LoadStateDictOptions,
   type LoadStateDictResult,
@@ -87,6 +88,7 @@ export {
   type ShapedArray,
   type StateDict,
   stateDict,
+  type TensorDict,
   TRITON_NAME_MAP,
   type TritonNameMapping,
 } from "./kda/layer/state_dict.ts";

@@ -4,7 +4,13 @@
 // Every group of the layer has a row: a gradient the file lacks is a failing row that names it.
 
 import { KdaModule, PARAMETER_TABLE } from "../kda/module.ts";
-import type { KdaConfig, LayerConfig } from "../kda/layer/config.ts";
+import {
+  type KdaConfig,
+  type KimiConfigInput,
+  type LayerConfig,
+  resolveConfig,
+} from "../kda/layer/config.ts";
+import { groupShapes } from "../kda/layer/state_dict.ts";
 import type { Arm } from "../kda/_types.ts";
 import type { SafetensorsFile } from "../io/mod.ts";
 import { DTYPES, MEASURED_BAR_FACTOR } from "../base/dtype.ts";
@@ -190,17 +196,22 @@ export async function checkLayerCandidate(
       }]`,
     );
   }
-  const config = inferConfig(file, (n) => tensorOf(n)?.shape, xt.shape);
-  const layer = new KdaModule(config, { dtype: "f64" });
+  const config = resolveConfig(
+    inferConfig(file, (n) => tensorOf(n)?.shape, xt.shape) as Partial<KdaConfig> | KimiConfigInput,
+  );
   const [B, T, D] = xt.shape;
-  if (D !== layer.config.dModel) {
+  if (D !== config.dModel) {
     throw new RangeError(
-      `candidate tensor x must have shape [B, T, D] with D = dModel = ${layer.config.dModel}: got [${
+      `candidate tensor x must have shape [B, T, D] with D = dModel = ${config.dModel}: got [${
         xt.shape.join(", ")
       }]`,
     );
   }
-  const names = [...layer.parameters().keys()];
+  // Every group is checked against the shape the config gives before the layer is built, and the
+  // layer is built from the candidate's values (KdaModule.fromStateDict): a small file claiming a
+  // huge config fails naming the mismatch, and no random weights are drawn.
+  const shapes = groupShapes(config);
+  const names = [...shapes.keys()];
   const choice = choosePrecision(
     file,
     ["x", ...names].map(fileName),
@@ -218,10 +229,10 @@ export async function checkLayerCandidate(
     return a;
   };
   const values = new Map<string, Float64Array>();
-  for (const [name, p] of layer.parameters()) {
-    values.set(name, sized(name, need(name), p.size, p.shape));
-    p.data.set(values.get(name)!);
+  for (const [name, shape] of shapes) {
+    values.set(name, sized(name, need(name), shape.reduce((a, d) => a * d, 1), shape));
   }
+  const layer = KdaModule.fromStateDict(values, config, { dtype: "f64" });
   const x = need("x");
   const dy = sized("dy", need("dy"), x.length, xt.shape);
   const y = sized("y", need("y", false), x.length, xt.shape);
@@ -245,8 +256,11 @@ export async function checkLayerCandidate(
   if (choice.precision !== "f32") {
     const round = rounder(choice.precision);
     const r = (a: Float64Array) => choice.source === "option" ? a.map(round) : a;
-    const rounded = new KdaModule(config, { dtype: "f64" });
-    for (const [name, p] of rounded.parameters()) p.data.set(r(values.get(name)!));
+    const rounded = KdaModule.fromStateDict(
+      new Map([...values].map(([name, v]) => [name, r(v)])),
+      config,
+      { dtype: "f64" },
+    );
     const a = await rounded.vjp(r(x), [B, T], r(dy), run);
     attainable = {
       y: a.y.map(round),

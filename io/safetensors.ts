@@ -58,25 +58,46 @@ export interface SafetensorsInput {
 // Reading
 
 /**
- * The names of the header's top-level keys in order, duplicates kept (JSON.parse keeps only the
- * last of a duplicated key, so they are found by a scan of the text).
+ * The first key that appears twice in one object of the header, at any depth, with where that
+ * object sits: JSON.parse keeps only the last of a duplicated key, so they are found by a scan of
+ * the text (which JSON.parse has accepted, so its strings and nesting are well formed). Keys are
+ * compared as parsed, so two spellings of one name ("a" and "\u0061") are the same key.
  */
-function topLevelKeys(text: string): string[] {
-  const keys: string[] = [];
-  let depth = 0;
+function duplicateKey(text: string): { path: string[]; key: string } | undefined {
+  // One frame per open container: its keys (null for an array) and the path that names it.
+  const stack: { keys: Set<string> | null; path: string[] }[] = [];
+  let lastKey: string | undefined;
   for (let i = 0; i < text.length; i++) {
     const c = text[i];
     if (c === '"') {
       const start = i;
       for (i++; i < text.length && text[i] !== '"'; i++) if (text[i] === "\\") i++;
-      if (depth !== 1) continue;
+      const top = stack[stack.length - 1];
+      if (top === undefined || top.keys === null) continue;
       let j = i + 1;
       while (j < text.length && /\s/.test(text[j])) j++;
-      if (text[j] === ":") keys.push(JSON.parse(text.slice(start, i + 1)));
-    } else if (c === "{" || c === "[") depth++;
-    else if (c === "}" || c === "]") depth--;
+      if (text[j] !== ":") continue;
+      const key: string = JSON.parse(text.slice(start, i + 1));
+      if (top.keys.has(key)) return { path: top.path, key };
+      top.keys.add(key);
+      lastKey = key;
+    } else if (c === "{" || c === "[") {
+      const parent = stack[stack.length - 1];
+      const path = parent === undefined
+        ? []
+        : [...parent.path, parent.keys === null ? "[]" : lastKey!];
+      stack.push({ keys: c === "{" ? new Set() : null, path });
+    } else if (c === "}" || c === "]") stack.pop();
   }
-  return keys;
+  return undefined;
+}
+
+/** Names where a header object sits, for messages: `tensor "x"`, `header.__metadata__`, … */
+function objectName(path: string[]): string {
+  if (path.length === 0) return "header";
+  const [first, ...rest] = path;
+  const head = first === METADATA_KEY ? `header.${METADATA_KEY}` : `tensor "${first}"`;
+  return head + rest.map((p) => (p === "[]" ? "[]" : `.${p}`)).join("");
 }
 
 const HALF_TABLES: Partial<Record<"F16" | "BF16", Float32Array>> = {};
@@ -148,8 +169,9 @@ function decode(
 /**
  * Reads a safetensors file from its bytes. Every tensor is copied out of `bytes`; F16 and BF16 are
  * widened to f32 exactly, I64 is narrowed to Int32Array with a range check. Malformed files throw a
- * RangeError or TypeError naming the field: a header length beyond the file, bad JSON, a duplicate
- * name, an unknown dtype, a byte length that does not match dtype × shape, out-of-range or
+ * RangeError or TypeError naming the field: a header length beyond the file, a byte-order mark
+ * before the header, bad JSON, a duplicate name or a key repeated in any object of the header
+ * (a tensor entry, `__metadata__`), an unknown dtype, a byte length that does not match dtype × shape, out-of-range or
  * overlapping offsets, non-string metadata. Gaps between tensors' bytes and trailing bytes are
  * tolerated (the reference writer makes neither).
  *
@@ -184,9 +206,16 @@ export function readSafetensors(bytes: Uint8Array): SafetensorsFile {
   const headerEnd = 8 + Number(n);
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(8, headerEnd));
+    // ignoreBOM keeps a leading byte-order mark in the text (the default drops it in silence),
+    // so that it is refused below, as the format's reference reader refuses it.
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(
+      bytes.subarray(8, headerEnd),
+    );
   } catch {
     throw new TypeError(`header must be UTF-8 text: got invalid bytes`);
+  }
+  if (text.startsWith("\uFEFF")) {
+    throw new TypeError("header must begin with its JSON text: got a byte-order mark (EF BB BF)");
   }
   let header: unknown;
   try {
@@ -197,11 +226,13 @@ export function readSafetensors(bytes: Uint8Array): SafetensorsFile {
   if (typeof header !== "object" || header === null || Array.isArray(header)) {
     throw new TypeError(`header must be a JSON object: got ${typeName(header)}`);
   }
-  const keys = topLevelKeys(text);
-  const seen = new Set<string>();
-  for (const k of keys) {
-    if (seen.has(k)) throw new RangeError(`header names must be unique: got "${k}" twice`);
-    seen.add(k);
+  const dup = duplicateKey(text);
+  if (dup !== undefined) {
+    throw new RangeError(
+      dup.path.length === 0
+        ? `header names must be unique: got "${dup.key}" twice`
+        : `${objectName(dup.path)} must not repeat a key: got "${dup.key}" twice`,
+    );
   }
 
   const metadata: Record<string, string> = {};

@@ -69,7 +69,8 @@ export interface KdaLayout {
   HV?: number;
   /**
    * Offsets of N packed sequences into the T tokens of one batch row (docs/kda.md 2.6): N + 1
-   * strictly increasing entries from 0 to T, with B = 1. h0 and ht are then [N, HV, K, V].
+   * non-decreasing entries from 0 to T, with B = 1 (equal neighbours are an empty sequence, whose
+   * state passes through). h0 and ht are then [N, HV, K, V].
    */
   cuSeqlens?: Int32Array;
 }

@@ -331,12 +331,16 @@ function inverseBackward(w: ChunkWork, a: ChunkAdjoints): void {
  * The per-element pieces of every gated operand:
  *   dQ = dQΓ ⊙ Γ,  dK = β ⊙ dKβ ⊙ Γ + dKd ⊙ e^{G_C − G},  dV = β ⊙ dVβ,
  *   dβ = rowsum(dKβ ⊙ K ⊙ Γ) + rowsum(dVβ ⊙ V),
- *   dG = (dQΓ ⊙ Q + β ⊙ dKβ ⊙ K) ⊙ Γ − dKd ⊙ K ⊙ e^{G_C − G},
- *   dG_C += colsum(dKd ⊙ K ⊙ e^{G_C − G}) + dγ_C ⊙ γ_C   (G_C is the last valid row).
+ *   dG = (dQΓ ⊙ Q + β ⊙ dKβ ⊙ K) ⊙ Γ,  dG_C += dγ_C ⊙ γ_C   (G_C is the last valid row),
+ *   x_r = dKd_r ⊙ K_r ⊙ e^{G_C − G_r}   (kept apart in dGateToEnd).
+ * Through Kd, x_r enters dG_r with a minus and dG_C with a plus (docs/kda.md 2.3). Both would
+ * reach every dg_t with t ≤ r, where they cancel: for the last row, whose factor is e^0 = 1, an
+ * O(1) term cancelling to a rounding error that swamps a true gradient of e^{−50}. So x_r is not
+ * added to dG; gateCumsumBackward adds it to exactly the gates it depends on, those after row r.
  */
 function elementwiseGrads(w: ChunkWork, a: ChunkAdjoints): void {
   const { n, K, V, q, k, v, beta, gamma, decayToEnd } = w;
-  const { dQGamma, dKBeta, dVBeta, dKd, dGammaLast, dq, dk, dv, dG, dbeta } = a;
+  const { dQGamma, dKBeta, dVBeta, dKd, dGammaLast, dq, dk, dv, dG, dGateToEnd, dbeta } = a;
   for (let r = 0; r < n; r++) {
     const rK = r * K, rV = r * V, br = beta[r];
     let db = 0;
@@ -345,8 +349,8 @@ function elementwiseGrads(w: ChunkWork, a: ChunkAdjoints): void {
       dq[i] = dQGamma[i] * gamma[i];
       dk[i] = br * dKBeta[i] * gamma[i] + dKd[i] * decayToEnd[i];
       db += dKBeta[i] * k[i] * gamma[i];
-      dG[i] = (dQGamma[i] * q[i] + br * dKBeta[i] * k[i]) * gamma[i] -
-        dKd[i] * k[i] * decayToEnd[i];
+      dG[i] = (dQGamma[i] * q[i] + br * dKBeta[i] * k[i]) * gamma[i];
+      dGateToEnd[i] = dKd[i] * k[i] * decayToEnd[i];
     }
     for (let j = 0; j < V; j++) {
       dv[rV + j] = br * dVBeta[rV + j];
@@ -354,16 +358,9 @@ function elementwiseGrads(w: ChunkWork, a: ChunkAdjoints): void {
     }
     dbeta[r] = db;
   }
-  // G_C sits in every e^{G_C − G_r} and in γ_C, so the last valid row collects them all.
+  // γ_C = e^{G_C} decays the whole chunk: its gradient reaches every gate of the chunk.
   const last = (n - 1) * K;
-  for (let d = 0; d < K; d++) {
-    let acc = dGammaLast[d] * gamma[last + d];
-    for (let r = 0; r < n; r++) {
-      const i = r * K + d;
-      acc += dKd[i] * k[i] * decayToEnd[i];
-    }
-    dG[last + d] += acc;
-  }
+  for (let d = 0; d < K; d++) dG[last + d] += dGammaLast[d] * gamma[last + d];
 }
 
 /**
@@ -372,12 +369,14 @@ function elementwiseGrads(w: ChunkWork, a: ChunkAdjoints): void {
  *   XL = dL_rs β_r K_rd K_sd E_rsd,  XP = scale dP_rs Q_rd K_sd E_rsd,
  *   dβ_r += Σ dL_rs K_rd K_sd E_rsd,  dK_r += β_r dL_rs K_s ⊙ E_rs,  dK_s += β_r dL_rs K_r ⊙ E_rs,
  *   dQ_r += scale dP_rs K_s ⊙ E_rs,   dK_s += scale dP_rs Q_r ⊙ E_rs,
- *   dG_r += XL + XP,  dG_s −= XL + XP.
+ *   X_rs = XL + XP  (kept in dGatePair: E_rs depends on the gates s+1 … r alone).
  * On the diagonal (r = s) E is 1 and has no gate dependence, so only dQ and dK receive P terms.
+ * X_rs would enter dG_r with a plus and dG_s with a minus, cancelling in every dg_t with t ≤ s;
+ * gateCumsumBackward instead adds it to exactly the gates s < t ≤ r it depends on.
  */
 function pairwiseGrads(w: ChunkWork, a: ChunkAdjoints): void {
   const { n, C, K, scale, q, k, beta, E } = w;
-  const { dL, dP, dq, dk, dG, dbeta } = a;
+  const { dL, dP, dq, dk, dGatePair, dbeta } = a;
   for (let r = 0; r < n; r++) {
     const rK = r * K, br = beta[r];
     let db = 0;
@@ -393,8 +392,7 @@ function pairwiseGrads(w: ChunkWork, a: ChunkAdjoints): void {
         dk[rK + d] += br * lE * ksd;
         dk[sK + d] += br * lE * krd + pE * qrd;
         dq[rK + d] += pE * ksd;
-        dG[rK + d] += x;
-        dG[sK + d] -= x;
+        dGatePair[e + d] = x;
       }
     }
     dbeta[r] += db;
@@ -406,14 +404,38 @@ function pairwiseGrads(w: ChunkWork, a: ChunkAdjoints): void {
   }
 }
 
-/** G is the cumulative sum of g, so dg_t = Σ_{r ≥ t, same chunk} dG_r (G itself is never formed). */
+/**
+ * G is the cumulative sum of g, so a gradient dG_r reaches every gate t ≤ r of the chunk; a factor
+ * spanning the gates t0 … t1 (x_r of Kd: r+1 … C; X_rs of E: s+1 … r) reaches exactly those:
+ *   dg_t = Σ_{r ≥ t} dG_r + Σ_{r < t} x_r + Σ_{s < t ≤ r} X_rs.
+ * Every term is one the gate truly feeds, so nothing is added at one row and taken away at another
+ * (docs/kda.md 2.3), and each sum runs in one fixed order. G itself is never formed.
+ */
 function gateCumsumBackward(w: ChunkWork, a: ChunkAdjoints): void {
   const { n, K } = w;
-  const { dG, dg } = a;
+  const { dG, dGateToEnd: x, dGatePair: X, dg } = a;
   const last = (n - 1) * K;
   for (let d = 0; d < K; d++) dg[last + d] = dG[last + d];
   for (let r = n - 2; r >= 0; r--) {
     for (let d = 0; d < K; d++) dg[r * K + d] = dg[(r + 1) * K + d] + dG[r * K + d];
+  }
+  for (let d = 0; d < K; d++) {
+    let before = 0;
+    for (let t = 1; t < n; t++) {
+      before += x[(t - 1) * K + d];
+      dg[t * K + d] += before;
+    }
+  }
+  // Row r of the pair table: X_r0 … X_r,r−1; gate t (1 ≤ t ≤ r) gets X_rs for s < t.
+  for (let r = 1; r < n; r++) {
+    const row = pairOffset(r, 0, K);
+    for (let d = 0; d < K; d++) {
+      let before = 0;
+      for (let t = 1; t <= r; t++) {
+        before += X[row + (t - 1) * K + d];
+        dg[t * K + d] += before;
+      }
+    }
   }
 }
 

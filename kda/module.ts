@@ -34,8 +34,32 @@ export {
   type ParameterSpec,
 } from "./layer/parameters.ts";
 export type { KdaModuleState } from "./layer/forward.ts";
-import { loadStateDict, type ShapedArray, type StateDict, stateDict } from "./layer/state_dict.ts";
+import {
+  checkStateDict,
+  groupShapes,
+  readLayerCheckpoint,
+  type StateDict,
+  stateDict,
+  type TensorDict,
+} from "./layer/state_dict.ts";
 import type { ComputeDType } from "../base/dtype.ts";
+
+/**
+ * The private construction path of a layer being loaded: parameter tensors already checked and
+ * filled, so the constructor draws no random weights. Module-private: only fromStateDict has it.
+ */
+const LOADED = Symbol("loaded parameters");
+
+/** The `dtype` of a layer's options: "f64" (default) or "f32". */
+function checkDtypeOption(options: unknown): ComputeDType {
+  const o = checkObject("options", options);
+  checkKnownKeys("options", o, ["dtype"]);
+  const dtype = o.dtype ?? "f64";
+  if (dtype !== "f64" && dtype !== "f32") {
+    throw new TypeError(`options.dtype must be "f64" or "f32": got ${String(dtype)}`);
+  }
+  return dtype;
+}
 
 /** Options of {@linkcode KdaModule.forward} and {@linkcode KdaModule.vjp}. */
 export interface KdaModuleRunOptions {
@@ -52,10 +76,18 @@ export interface KdaModuleRunOptions {
   kernels?: string;
   /**
    * Scan every parameter for NaN and infinity before running (default true): one bad value would
-   * turn every output into NaN. Set false to skip the scan when the parameters are known good.
+   * turn every output into NaN. The scan also refuses a `decay.a_log` whose exp overflows the
+   * layer's dtype (above about 709.78 in f64, 88.72 in f32), which would give NaN gradients. Set
+   * false to skip the scan when the parameters are known good.
    */
   checkParameters?: boolean;
 }
+
+/** The largest a_log whose exp is finite in each dtype: ln of the dtype's largest value. */
+const A_LOG_LIMIT: Readonly<Record<ComputeDType, number>> = Object.freeze({
+  f64: Math.log(Number.MAX_VALUE),
+  f32: Math.log((2 - 2 ** -23) * 2 ** 127),
+});
 
 const RUN_KEYS = ["arm", "strict", "quiet", "kernels", "checkParameters"];
 
@@ -119,13 +151,9 @@ export class KdaModule {
     options: { dtype?: ComputeDType } = {},
   ) {
     this.config = resolveConfig(config);
-    checkKnownKeys("options", checkObject("options", options), ["dtype"]);
-    const dtype = options.dtype ?? "f64";
-    if (dtype !== "f64" && dtype !== "f32") {
-      throw new TypeError(`options.dtype must be "f64" or "f32": got ${String(dtype)}`);
-    }
-    this.dtype = dtype;
-    this.#params = this.#initialise();
+    this.dtype = checkDtypeOption(options);
+    const loaded = (options as { [LOADED]?: Map<string, Tensor> })[LOADED];
+    this.#params = loaded ?? this.#initialise();
   }
 
   #initialise(): Map<string, Tensor> {
@@ -161,7 +189,7 @@ export class KdaModule {
    * or wrongly shaped tensor is a named error and nothing is loaded).
    *
    * @param dict Group name to values (bare arrays, or `{ data, shape }` as `readSafetensors` gives).
-   * @param config The layer's config (its seed does not matter: every group is overwritten).
+   * @param config The layer's config (its seed does not matter: no group is drawn at random).
    * @param options `dtype` of the new layer.
    * @returns The layer.
    *
@@ -173,13 +201,24 @@ export class KdaModule {
    * ```
    */
   static fromStateDict(
-    dict: Map<string, Float | ShapedArray> | Record<string, Float | ShapedArray>,
+    dict: TensorDict,
     config: Partial<KdaConfig> | KimiConfigInput = {},
     options: { dtype?: ComputeDType } = {},
   ): KdaModule {
-    const layer = new KdaModule(config, options);
-    loadStateDict(layer, dict, { strict: true });
-    return layer;
+    const resolved = resolveConfig(config);
+    const dtype = checkDtypeOption(options);
+    // Every tensor is checked against the shapes the config gives before anything is allocated,
+    // and the layer is built from the checked values: no random weights are drawn.
+    const shapes = groupShapes(resolved);
+    const { sources } = checkStateDict(shapes, dtype, dict, true, resolved.shortConv);
+    const params = new Map<string, Tensor>();
+    for (const [name, shape] of shapes) {
+      const source = sources.get(name)!;
+      const data = alloc(dtype, source.length);
+      data.set(source); // f64 values round to nearest into an f32 layer (checked to stay finite)
+      params.set(name, new Tensor(data, shape));
+    }
+    return new KdaModule(resolved, { dtype, [LOADED]: params } as { dtype: ComputeDType });
   }
 
   /**
@@ -218,6 +257,20 @@ export class KdaModule {
                 `(set options.checkParameters to false to skip this scan)`,
             );
           }
+        }
+      }
+      // exp(a_log) overflowing to Infinity still gives a finite forward (sigmoid(±Inf) is 0 or
+      // 1; the Kimi form's −e^{A_log}·softplus gives gates of −Inf, whose decay is 0), but the
+      // backward multiplies that Infinity by a zero slope: NaN gradients.
+      const [group, doc] = isKimi(this.config) ? ["A_log", "2.9"] : ["decay.a_log", "2.4"];
+      const aLog = this.#params.get(group)!.data, limit = A_LOG_LIMIT[this.dtype];
+      for (let i = 0; i < aLog.length; i++) {
+        if (!(aLog[i] <= limit)) {
+          throw new RangeError(
+            `parameter ${group} must be at most ${limit}, where exp(${group}) stays finite in ` +
+              `${this.dtype}: got ${aLog[i]} at index ${i} (exp(${group}) is the decay's ` +
+              `sharpness, docs/kda.md ${doc})`,
+          );
         }
       }
     }
@@ -662,4 +715,28 @@ export class KdaModule {
     );
     return { y: y.data as F, dy: dy as F };
   }
+}
+
+/**
+ * A layer from checkpoint bytes written by {@linkcode saveLayer} (or by any tool that writes the
+ * same names, metadata and shapes). The config and dtype come from the metadata; every group must
+ * be present with the shape that config gives, and no other tensor may be. Everything is checked
+ * before the layer is built, and it is built from the file's values, with no random draw, so a
+ * small file claiming a huge config fails at once. F16 and BF16 tensors are widened exactly.
+ *
+ * @param bytes The safetensors bytes.
+ * @returns A new layer holding the checkpoint's values.
+ *
+ * @example Usage
+ * ```ts
+ * import { KdaModule, loadLayer, saveLayer } from "@deltanet/kda";
+ * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
+ * loadLayer(saveLayer(layer)).config.dModel; // 8
+ * ```
+ */
+export function loadLayer(bytes: Uint8Array): KdaModule {
+  const { config, dtype, tensors } = readLayerCheckpoint(bytes);
+  return KdaModule.fromStateDict(tensors, config as Partial<KdaConfig> | KimiConfigInput, {
+    dtype,
+  });
 }

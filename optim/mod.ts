@@ -176,7 +176,9 @@ export abstract class ParameterOptimizer implements Optimizer {
   }
 
   /**
-   * One update of every parameter; a rejected gradient changes nothing.
+   * One update of every parameter, all or nothing: a rejected gradient changes nothing, and so
+   * does a step that would write a non-finite value into a parameter (in the parameter's dtype) or
+   * into the optimizer's state; it throws a RangeError naming the group, the index and the value.
    *
    * @param grads A gradient for every parameter, by name, of the parameter's length.
    */
@@ -187,13 +189,78 @@ export abstract class ParameterOptimizer implements Optimizer {
   }
 
   /**
-   * The update rule, on checked gradients.
+   * The update rule, on checked gradients. It computes every new value into scratch first,
+   * checking each with {@linkcode ParameterOptimizer.checkParameter} and
+   * {@linkcode ParameterOptimizer.checkState}, and writes only when all are finite.
    *
    * @param grads One finite gradient per parameter.
    * @param lr The learning rate.
    * @param t The number of this step, from 1.
    */
   protected abstract update(grads: Map<string, GradArray>, lr: number, t: number): void;
+
+  /**
+   * Throws unless a parameter's new value is finite in the parameter's dtype (an f32 parameter
+   * also refuses a finite value that rounds to ±Infinity in f32).
+   *
+   * @param name The group.
+   * @param data The group's values (for its dtype).
+   * @param i The index.
+   * @param value The new value, in f64.
+   * @param t The number of this step.
+   * @returns The value.
+   */
+  protected checkParameter(
+    name: string,
+    data: GradArray,
+    i: number,
+    value: number,
+    t: number,
+  ): number {
+    const f32 = data instanceof Float32Array;
+    const stored = f32 ? Math.fround(value) : value;
+    if (Number.isFinite(stored)) return value;
+    const rounds = Number.isFinite(value) ? `, which rounds to ${stored}` : "";
+    throw new RangeError(
+      `params "${name}" must stay finite${f32 ? " in f32" : ""} after step ${t}: got ${value} ` +
+        `at index ${i}${rounds} (nothing was updated)`,
+    );
+  }
+
+  /**
+   * Throws unless a new value of the optimizer's state (kept in f64) is finite.
+   *
+   * @param what The state's name, e.g. "the second moment".
+   * @param name The group.
+   * @param i The index.
+   * @param value The new value.
+   * @param t The number of this step.
+   * @returns The value.
+   */
+  protected checkState(what: string, name: string, i: number, value: number, t: number): number {
+    if (Number.isFinite(value)) return value;
+    throw new RangeError(
+      `${what} of params "${name}" must stay finite after step ${t}: got ${value} at index ${i} ` +
+        "(nothing was updated)",
+    );
+  }
+}
+
+/** Scratch arrays by group name, allocated once per group and reused every step. */
+class Scratch {
+  readonly #arrays = new Map<string, Float64Array>();
+
+  /** The scratch of a group, of `length` elements (contents undefined). */
+  get(name: string, length: number): Float64Array {
+    let a = this.#arrays.get(name);
+    if (a === undefined) this.#arrays.set(name, a = new Float64Array(length));
+    return a;
+  }
+
+  /** Hands `a` back as the scratch of a group (after its old contents were committed). */
+  set(name: string, a: Float64Array): void {
+    this.#arrays.set(name, a);
+  }
 }
 
 /** A decay or penalty factor, finite and >= 0, from options (with its default). */
@@ -223,6 +290,8 @@ export class Sgd extends ParameterOptimizer {
   /** The L2 penalty. */
   readonly weightDecay: number;
   readonly #buf = new Map<string, Float64Array>();
+  readonly #next = new Scratch();
+  readonly #nextBuf = new Scratch();
 
   /**
    * Makes the optimizer over a fixed set of named parameters.
@@ -238,23 +307,34 @@ export class Sgd extends ParameterOptimizer {
   }
 
   /**
-   * The SGD update.
+   * The SGD update: every new value into scratch and checked, then all written.
    *
    * @param grads One finite gradient per parameter.
    * @param lr The learning rate.
+   * @param t The number of this step, from 1.
    */
-  protected update(grads: Map<string, GradArray>, lr: number): void {
+  protected update(grads: Map<string, GradArray>, lr: number, t: number): void {
     const { momentum: mu, weightDecay: wd } = this;
     for (const [name, p] of this.params) {
       const g = grads.get(name)!, d = p.data;
-      let buf = this.#buf.get(name);
-      const first = buf === undefined;
-      if (mu !== 0 && buf === undefined) this.#buf.set(name, buf = new Float64Array(d.length));
+      const buf = this.#buf.get(name); // absent before the first step with momentum
+      const next = this.#next.get(name, d.length);
+      const nextBuf = mu === 0 ? undefined : this.#nextBuf.get(name, d.length);
       for (let i = 0; i < d.length; i++) {
         let gi = g[i] + wd * d[i];
-        if (buf !== undefined) gi = buf[i] = first ? gi : mu * buf[i] + gi;
-        d[i] = d[i] - lr * gi;
+        if (nextBuf !== undefined) {
+          gi = buf === undefined ? gi : mu * buf[i] + gi;
+          nextBuf[i] = this.checkState("the momentum buffer", name, i, gi, t);
+        }
+        next[i] = this.checkParameter(name, d, i, d[i] - lr * gi, t);
       }
+    }
+    for (const [name, p] of this.params) {
+      p.data.set(this.#next.get(name, p.data.length));
+      if (mu === 0) continue;
+      const fresh = this.#nextBuf.get(name, p.data.length), old = this.#buf.get(name);
+      this.#buf.set(name, fresh);
+      this.#nextBuf.set(name, old ?? new Float64Array(p.data.length));
     }
   }
 }
@@ -283,6 +363,9 @@ export class AdamW extends ParameterOptimizer {
   readonly weightDecay: number;
   readonly #m = new Map<string, Float64Array>();
   readonly #v = new Map<string, Float64Array>();
+  readonly #nextM = new Scratch();
+  readonly #nextV = new Scratch();
+  readonly #next = new Scratch();
 
   /**
    * Makes the optimizer over a fixed set of named parameters.
@@ -315,7 +398,7 @@ export class AdamW extends ParameterOptimizer {
   }
 
   /**
-   * The AdamW update.
+   * The AdamW update: every new moment and value into scratch and checked, then all written.
    *
    * @param grads One finite gradient per parameter.
    * @param lr The learning rate.
@@ -329,18 +412,28 @@ export class AdamW extends ParameterOptimizer {
     const bc2Sqrt = Math.sqrt(1 - b2 ** t);
     for (const [name, p] of this.params) {
       const g = grads.get(name)!, d = p.data;
-      let m = this.#m.get(name), v = this.#v.get(name);
-      if (m === undefined || v === undefined) {
-        this.#m.set(name, m = new Float64Array(d.length));
-        this.#v.set(name, v = new Float64Array(d.length));
-      }
+      const m = this.#m.get(name), v = this.#v.get(name); // absent before the first step
+      const m1 = this.#nextM.get(name, d.length), v1 = this.#nextV.get(name, d.length);
+      const next = this.#next.get(name, d.length);
       for (let i = 0; i < d.length; i++) {
         const gi = g[i];
-        m[i] = b1 * m[i] + (1 - b1) * gi;
-        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-        const denom = Math.sqrt(v[i]) / bc2Sqrt + eps;
-        d[i] = d[i] * decay - stepSize * (m[i] / denom);
+        const mi = b1 * (m?.[i] ?? 0) + (1 - b1) * gi;
+        const vi = b2 * (v?.[i] ?? 0) + (1 - b2) * gi * gi;
+        m1[i] = this.checkState("the first moment", name, i, mi, t);
+        v1[i] = this.checkState("the second moment", name, i, vi, t);
+        const denom = Math.sqrt(vi) / bc2Sqrt + eps;
+        next[i] = this.checkParameter(name, d, i, d[i] * decay - stepSize * (mi / denom), t);
       }
+    }
+    for (const [name, p] of this.params) {
+      const n = p.data.length;
+      p.data.set(this.#next.get(name, n));
+      const m1 = this.#nextM.get(name, n), v1 = this.#nextV.get(name, n);
+      const m = this.#m.get(name), v = this.#v.get(name);
+      this.#m.set(name, m1);
+      this.#v.set(name, v1);
+      this.#nextM.set(name, m ?? new Float64Array(n));
+      this.#nextV.set(name, v ?? new Float64Array(n));
     }
   }
 }

@@ -1,6 +1,8 @@
 // The standing adversarial suite: every defect found by hostile or careless use, held as a
-// regression; a seeded slice of the edge sweep (tests/_adversarial.ts; `deno task fuzz` runs it at
-// full size); and concurrency on shared tapes, compared bit for bit with sequential runs.
+// regression; seeded slices of the edge sweep of the op (tests/_adversarial.ts), the decode sweep
+// (tests/_adversarial_step.ts) and the state-dict sweep (tests/_adversarial_state.ts), which
+// `deno task fuzz` runs at full size; and concurrency on shared tapes, compared bit for bit with
+// sequential runs.
 
 import assert from "node:assert/strict";
 import {
@@ -19,7 +21,9 @@ import { type KdaRequest, runKda } from "../kda/op/arms.ts";
 import type { Arm, KdaProblem } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
 import { gpuLiveBuffers } from "../kda/gpu/mod.ts";
-import { checkCase, edgeCase } from "./_adversarial.ts";
+import { checkCase, edgeCase, LAYOUTS } from "./_adversarial.ts";
+import { checkStepCase, stepCase } from "./_adversarial_step.ts";
+import { checkStateCase, MUTATIONS, stateCase } from "./_adversarial_state.ts";
 import { agreement, bitsEqual, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu, status } from "./_gpu.ts";
 
@@ -296,6 +300,52 @@ Deno.test("unknown fields in inputs, cotangents and options are refused, naming 
   );
 });
 
+Deno.test("flash-linear-attention's names for inputs, cotangents and options are refused, pointing to this package's name for the same thing", async () => {
+  const x = randomKda({ B: 1, T: 3, H: 1, K: 2, V: 2 }, 16);
+  const dout = cotangent(x, 5);
+  /** The refusal of `foreign` in `where`, naming `ours` as this package's field for it. */
+  const refused = (p: Promise<unknown>, where: string, foreign: string, ours: string) =>
+    assert.rejects(
+      p,
+      (e: Error) =>
+        e instanceof TypeError &&
+        e.message.startsWith(`${where}.${foreign} is not a known field: expected one of `) &&
+        e.message.endsWith(`(${where}.${ours} is this package's name for it)`),
+      `${where}.${foreign}`,
+    );
+  const withInput = (key: string, value: unknown) => kda({ ...x, [key]: value } as never);
+  await refused(withInput("initial_state", new Float64Array(4)), "inputs", "initial_state", "h0");
+  await refused(
+    withInput("cu_seqlens", new Int32Array([0, 3])),
+    "inputs",
+    "cu_seqlens",
+    "cuSeqlens",
+  );
+  await refused(withInput("A_log", new Float64Array(1)), "inputs", "A_log", "aLog");
+  await refused(withInput("dt_bias", new Float64Array(2)), "inputs", "dt_bias", "dtBias");
+  const withOption = (key: string, value: unknown) => kda(x, { [key]: value } as never);
+  await refused(withOption("chunk_size", 64), "options", "chunk_size", "chunkSize");
+  await refused(
+    withOption("output_final_state", false),
+    "options",
+    "output_final_state",
+    "outputFinalState",
+  );
+  await refused(
+    withOption("use_qk_l2norm_in_kernel", true),
+    "options",
+    "use_qk_l2norm_in_kernel",
+    "useQkL2NormInKernel",
+  );
+  await refused(
+    withOption("allow_neg_eigval", true),
+    "options",
+    "allow_neg_eigval",
+    "allowNegEigval",
+  );
+  await refused(kdaVjp(x, { do: dout } as never), "cotangents", "do", "dout");
+});
+
 Deno.test("a KdaModule parameter set to NaN or Inf is named with its index, unless the scan is skipped", async () => {
   const layer = new KdaModule({ dModel: 4, heads: 1, keyDim: 2, valueDim: 2, decayRank: 1 });
   const x = new Float64Array(12).fill(0.1);
@@ -354,16 +404,49 @@ Deno.test("the default arm for f32 work follows the adapter kind and a software 
 
 // ---- the edge sweep and concurrency ----
 
-Deno.test("a seeded slice of the edge sweep: cpu agrees with ops in f64 and gpu with cpu in f32", async () => {
+Deno.test("a seeded slice of the edge sweep (regular, packed with zero-length sequences, grouped value heads, strong gates): cpu agrees with ops in f64 and gpu with cpu in f32", async () => {
   const failures: string[] = [];
   const worst: Record<string, number> = {};
+  const seen = new Set<string>();
   for (let i = 0; i < 24; i++) {
     const c = edgeCase(20261130, i);
+    seen.add(c.label.split(" ")[1] + (c.strong ? " strong" : ""));
+    if (c.problem.cuSeqlens?.some((v, j, a) => j > 0 && v === a[j - 1])) seen.add("empty sequence");
     const r = await checkCase(c, status.available);
     failures.push(...r.disagreements.map((d) => `${d.label} ${d.pair} ${d.tensor}: ${d.detail}`));
     for (const [pair, w] of Object.entries(r.worst)) worst[pair] = Math.max(worst[pair] ?? 0, w);
   }
   console.log(`  worst: ${JSON.stringify(worst)}`);
+  assert.deepEqual(failures, []);
+  // The slice covers every layout, in both gate regimes, and at least one empty sequence.
+  for (const layout of LAYOUTS) {
+    assert.ok(seen.has(layout) && seen.has(`${layout} strong`), `the slice has no ${layout} case`);
+  }
+  assert.ok(seen.has("empty sequence"), "the slice has no zero-length sequence");
+});
+
+Deno.test("a seeded slice of the decode sweep: kdaStep chains on the cpu and ops arms equal the op on the whole sequence in f64 (K = 257 and grouped heads included), the gpu chain the cpu chain in f32", async () => {
+  const failures: string[] = [];
+  const worst: Record<string, number> = {};
+  let wide = 0, grouped = 0;
+  for (let i = 0; i < 12; i++) {
+    const c = stepCase(20261130, i);
+    if (c.x.K > 256) wide++;
+    if (c.x.HV !== undefined) grouped++;
+    const r = await checkStepCase(c, status.available);
+    failures.push(...r.disagreements.map((d) => `${d.label} ${d.pair} ${d.tensor}: ${d.detail}`));
+    for (const [pair, w] of Object.entries(r.worst)) worst[pair] = Math.max(worst[pair] ?? 0, w);
+  }
+  console.log(`  worst: ${JSON.stringify(worst)}`);
+  assert.deepEqual(failures, []);
+  assert.ok(wide > 0 && grouped > 0, `the slice has ${wide} K > 256 and ${grouped} grouped cases`);
+});
+
+Deno.test("a seeded slice of the state-dict sweep: valid dicts load exactly and round-trip, invalid dicts and files are refused by name with nothing loaded and no random draw, optimizer steps are all or nothing", () => {
+  const failures: string[] = [];
+  for (let i = 0; i < 3 * MUTATIONS.length; i++) {
+    failures.push(...checkStateCase(stateCase(20261130, i)));
+  }
   assert.deepEqual(failures, []);
 });
 
@@ -390,4 +473,53 @@ Deno.test("concurrent calls of mixed arms and shapes give the bits of sequential
   concurrent.forEach((arrays, i) =>
     arrays.forEach((a, j) => assert.ok(bitsEqual(a, sequential[i][j]), `call ${i} array ${j}`))
   );
+});
+
+Deno.test("a KdaModule a_log (the Kimi form's A_log) whose exp overflows the layer's dtype is refused by name before running (it gave NaN gradients)", async () => {
+  const forms = [
+    {
+      group: "decay.a_log",
+      doc: "2.4",
+      config: { dModel: 4, heads: 2, keyDim: 2, valueDim: 2, decayRank: 1 },
+    },
+    {
+      group: "A_log",
+      doc: "2.9",
+      config: { form: "kimi", dModel: 4, heads: 1, numVHeads: 2, keyDim: 2, valueDim: 2 },
+    },
+  ] as const;
+  for (const { group, doc, config } of forms) {
+    for (const dtype of ["f64", "f32"] as const) {
+      const limit = dtype === "f64" ? "709.782712893384" : "88.72283905206835";
+      const layer = new KdaModule(config, { dtype });
+      const x64 = Float64Array.from({ length: 12 }, (_, i) => Math.sin(i));
+      const x = dtype === "f64" ? x64 : Float32Array.from(x64);
+      const aLog = layer.parameters().get(group)!.data;
+      aLog[1] = dtype === "f64" ? 1e30 : 100;
+      // Unscanned, the forward is finite but the backward multiplies Infinity by zero.
+      const { y, grads: bad } = await layer.vjp(x, [1, 3], x, {
+        arm: "cpu",
+        checkParameters: false,
+      });
+      assert.ok(y.every(Number.isFinite), `${group} ${dtype}: y is finite`);
+      assert.ok([...bad.values()].some((g) => g.some(Number.isNaN)), `${group} ${dtype}: NaN`);
+      const message = `parameter ${group} must be at most ${limit}, where exp(${group}) stays ` +
+        `finite in ${dtype}: got ${aLog[1]} at index 1 (exp(${group}) is the decay's ` +
+        `sharpness, docs/kda.md ${doc})`;
+      await assert.rejects(() => layer.vjp(x, [1, 3], x, { arm: "cpu" }), {
+        name: "RangeError",
+        message,
+      });
+      await assert.rejects(() => layer.forward(x, [1, 3], { arm: "ops" }), {
+        name: "RangeError",
+        message,
+      });
+      // Just inside the limit the gradients are finite: exp(a_log) is finite, nothing is Inf · 0.
+      aLog[1] = dtype === "f64" ? 709 : 88.5;
+      const { grads } = await layer.vjp(x, [1, 3], x, { arm: "cpu" });
+      for (const [name, g] of grads) {
+        assert.ok(g.every(Number.isFinite), `${group} ${dtype} ${name} is finite`);
+      }
+    }
+  }
 });

@@ -572,3 +572,34 @@ Deno.test("a layer candidate missing one of its short-conv groups is refused by 
     (e: Error) => e instanceof RangeError && /must hold a tensor named q_conv_w/.test(e.message),
   );
 });
+
+Deno.test("a layer candidate whose kda_config claims 16 heads of K = V = 256 over tiny tensors fails at once, naming the group, with no random draw", async () => {
+  const config = { dModel: 8, heads: 2, keyDim: 4, valueDim: 4, decayRank: 2 };
+  const layer = new KdaModule(config);
+  const x = new Float64Array(1 * 4 * 8).fill(0.1);
+  const file = new Map<string, SafetensorsInput>([
+    ["x", { data: x, shape: [1, 4, 8] }],
+    ["dy", { data: x, shape: [1, 4, 8] }],
+    ["y", { data: x, shape: [1, 4, 8] }],
+  ]);
+  for (const [name, p] of layer.parameters()) file.set(name, { data: p.data, shape: [...p.shape] });
+  // x fits the claim's dModel, so the check reaches the parameters.
+  const huge = { ...config, heads: 16, keyDim: 256, valueDim: 256, decayRank: 256 };
+  const bytes = writeSafetensors(file, { kda_config: JSON.stringify(huge) });
+  // The random initialiser calls Math.expm1 once per b_alpha entry; nothing else does.
+  const original = Math.expm1;
+  let draws = 0;
+  Math.expm1 = (v: number) => (draws++, original(v));
+  const t0 = performance.now();
+  try {
+    await assert.rejects(checkLayerCandidate(readSafetensors(bytes), { precision: "f32" }), {
+      name: "RangeError",
+      message: "candidate tensor q_proj.weight must have 32768 elements [4096, 8]: got 64",
+    });
+  } finally {
+    Math.expm1 = original;
+  }
+  const elapsed = performance.now() - t0;
+  assert.ok(elapsed < 1000, `the check took ${elapsed.toFixed(0)} ms to refuse the file`);
+  assert.equal(draws, 0);
+});

@@ -1,92 +1,147 @@
-// `deno task fuzz`: the adversarial sweep of tests/_adversarial.ts at full size (2,000 cases by
-// default): ops against cpu in f64 and, with an adapter, gpu against cpu on the same f32 bytes.
-// Then the candidate sweep of tests/_candidate_fuzz.ts (500 random op candidate files by default
-// and a tenth as many layer ones, each with its mutations). Exits 1 on any disagreement or
-// candidate failure, 2 on a usage error.
+// `deno task fuzz`: the adversarial sweeps at full size. The op's edge sweep (tests/_adversarial.ts,
+// 2,000 cases by default: regular, packed with zero-length sequences, grouped value heads, strong
+// gates), ops against cpu in f64 and, with an adapter, gpu against cpu on the same f32 bytes; the
+// decode sweep (tests/_adversarial_step.ts, 500 cases); and the state-dict sweep
+// (tests/_adversarial_state.ts, 3,000 cases: valid and invalid dicts, checkpoints and optimizer
+// steps); then the candidate sweep of tests/_candidate_fuzz.ts (500 random op candidate files by
+// default and a tenth as many layer ones, each with its mutations). Exits 1 on any disagreement or
+// failure, 2 on a usage error.
 //
-//   deno task fuzz [--cases N] [--seed S] [--no-gpu] [--candidates N]
+//   deno task fuzz [--cases N] [--step-cases N] [--state-cases N] [--candidates N] [--seed S]
+//                  [--no-gpu] [--sweep all|edge|step|state|candidate]
 
 import { parseArgs } from "node:util";
 import { gpuStatus } from "../kda/gpu/mod.ts";
 import { checkCase, type Disagreement, edgeCase } from "./_adversarial.ts";
+import { checkStepCase, stepCase } from "./_adversarial_step.ts";
+import { checkStateCase, stateCase } from "./_adversarial_state.ts";
 import { candidateSweep } from "./_candidate_fuzz.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
   options: {
     cases: { type: "string", default: "2000" },
-    seed: { type: "string", default: "1" },
-    "no-gpu": { type: "boolean", default: false },
+    "step-cases": { type: "string", default: "500" },
+    "state-cases": { type: "string", default: "3000" },
     candidates: { type: "string", default: "500" },
+    seed: { type: "string", default: "1" },
+    sweep: { type: "string", default: "all" },
+    "no-gpu": { type: "boolean", default: false },
   },
   strict: true,
 });
-const cases = Number(values.cases), seed = Number(values.seed);
-if (!Number.isInteger(cases) || cases < 1 || !Number.isInteger(seed)) {
+const counts = [values.cases, values["step-cases"], values["state-cases"], values.candidates]
+  .map(Number);
+const seed = Number(values.seed);
+const sweeps = ["all", "edge", "step", "state", "candidate"];
+if (
+  !counts.every((n) => Number.isInteger(n) && n >= 0) || !Number.isInteger(seed) ||
+  !sweeps.includes(values.sweep)
+) {
   console.error(
-    `fuzz: --cases must be a positive integer and --seed an integer: got ${values.cases}, ${values.seed}`,
+    `fuzz: --cases, --step-cases, --state-cases and --candidates must be non-negative ` +
+      `integers, --seed an integer and --sweep one of ${sweeps.join(", ")}: got ` +
+      `${values.cases}, ${values["step-cases"]}, ${values["state-cases"]}, ` +
+      `${values.candidates}, ${values.seed}, ${values.sweep}`,
   );
   Deno.exit(2);
 }
+const run = (sweep: string) => values.sweep === "all" || values.sweep === sweep;
+const [edgeCases, stepCases, stateCases, candidateFiles] = counts;
 const status = await gpuStatus();
 const gpu = !values["no-gpu"] && status.available;
 console.log(
-  `fuzz: ${cases} cases, seed ${seed}; gpu arm ${
+  `fuzz: seed ${seed}; gpu arm ${
     gpu ? `on ${status.available ? status.info.description : ""}` : "not compared"
   }${!values["no-gpu"] && !status.available ? ` (${status.reason})` : ""}`,
 );
-const started = performance.now();
 const failures: Disagreement[] = [];
 const conditioned: string[] = [];
 const worst: Record<string, number> = {};
-for (let i = 0; i < cases; i++) {
-  const c = edgeCase(seed, i);
-  const result = await checkCase(c, gpu);
-  failures.push(...result.disagreements);
-  conditioned.push(...result.conditioned);
-  for (const line of result.conditioned) console.log(`ILL-CONDITIONED ${line}`);
-  for (const [pair, w] of Object.entries(result.worst)) {
-    worst[pair] = Math.max(worst[pair] ?? 0, Number.isNaN(w) ? Infinity : w);
+
+/** Runs `n` cases of one sweep, printing progress, disagreements and ill-conditioned tensors. */
+async function sweep(
+  name: string,
+  n: number,
+  one: (i: number) => Promise<
+    { disagreements: Disagreement[]; worst: Record<string, number>; conditioned: string[] }
+  >,
+) {
+  const started = performance.now();
+  for (let i = 0; i < n; i++) {
+    const result = await one(i);
+    failures.push(...result.disagreements);
+    conditioned.push(...result.conditioned);
+    for (const line of result.conditioned) console.log(`ILL-CONDITIONED ${line}`);
+    for (const [pair, w] of Object.entries(result.worst)) {
+      worst[pair] = Math.max(worst[pair] ?? 0, Number.isNaN(w) ? Infinity : w);
+    }
+    for (const d of result.disagreements) {
+      console.log(`DISAGREE ${d.label} ${d.pair} ${d.tensor}: ${d.detail}`);
+    }
+    if ((i + 1) % 100 === 0 || i + 1 === n) {
+      const elapsed = (performance.now() - started) / 1000;
+      const eta = elapsed / (i + 1) * (n - i - 1);
+      console.error(
+        `[${elapsed.toFixed(0)} s] ${name}: ${i + 1}/${n} cases, ETA ${eta.toFixed(0)} s`,
+      );
+    }
   }
-  for (const d of result.disagreements) {
-    console.log(`DISAGREE ${d.label} ${d.pair} ${d.tensor}: ${d.detail}`);
+}
+
+if (run("edge")) await sweep("edge", edgeCases, (i) => checkCase(edgeCase(seed, i), gpu));
+if (run("step")) await sweep("step", stepCases, (i) => checkStepCase(stepCase(seed, i), gpu));
+if (run("state")) {
+  await sweep("state", stateCases, (i) => {
+    const c = stateCase(seed, i);
+    const lines = checkStateCase(c);
+    return Promise.resolve({
+      disagreements: lines.map((detail) => ({
+        label: c.label,
+        pair: "state dict",
+        tensor: "",
+        detail,
+      })),
+      worst: {},
+      conditioned: [],
+    });
+  });
+}
+// The candidate sweep (checks/candidate.ts): valid files agree, wrong ones never do, malformed ones
+// are refused by name.
+if (run("candidate")) {
+  const begun = performance.now();
+  const { cases, failures: bad } = await candidateSweep(
+    seed,
+    candidateFiles,
+    (line) => console.log(`CANDIDATE ${line}`),
+  );
+  for (const detail of bad) {
+    failures.push({
+      label: "candidate",
+      pair: "candidate sweep",
+      tensor: "",
+      detail: String(detail),
+    });
   }
-  if ((i + 1) % 100 === 0 || i + 1 === cases) {
-    const elapsed = (performance.now() - started) / 1000;
-    const eta = elapsed / (i + 1) * (cases - i - 1);
-    console.error(`[${elapsed.toFixed(0)} s] ${i + 1}/${cases} cases, ETA ${eta.toFixed(0)} s`);
-  }
+  console.log(
+    `fuzz: ${candidateFiles} op and ${
+      Math.ceil(candidateFiles / 10)
+    } layer candidate files, ${cases} cases, ${bad.length} failures (${
+      ((performance.now() - begun) / 1000).toFixed(0)
+    } s)`,
+  );
 }
 for (const [pair, w] of Object.entries(worst)) {
   console.log(`worst ${pair}: max|a−b|/max|b| = ${w.toExponential(2)}`);
 }
+const ran = [
+  run("edge") && `${edgeCases} edge`,
+  run("step") && `${stepCases} decode`,
+  run("state") && `${stateCases} state-dict`,
+].filter(Boolean).join(", ");
 console.log(
-  `fuzz: ${cases} cases, ${failures.length} disagreements, ${conditioned.length} ill-conditioned tensors within 16× what f32 attains on them`,
+  `fuzz: ${ran} cases, ${failures.length} disagreements or failures, ${conditioned.length} ` +
+    "ill-conditioned tensors within 16× what f32 attains on them",
 );
-
-// ---- the candidate sweep (checks/candidate.ts): valid files agree, wrong ones never do, malformed
-// ones are refused by name ----
-async function candidateSection(): Promise<number> {
-  const files = Number(values.candidates);
-  if (!Number.isInteger(files) || files < 0) {
-    console.error(`fuzz: --candidates must be a non-negative integer: got ${values.candidates}`);
-    Deno.exit(2);
-  }
-  const begun = performance.now();
-  const { cases, failures } = await candidateSweep(
-    seed,
-    files,
-    (line) => console.log(`CANDIDATE ${line}`),
-  );
-  console.log(
-    `fuzz: ${files} op and ${
-      Math.ceil(files / 10)
-    } layer candidate files, ${cases} cases, ${failures.length} failures (${
-      ((performance.now() - begun) / 1000).toFixed(0)
-    } s)`,
-  );
-  return failures.length;
-}
-const candidateFailures = await candidateSection();
-
-Deno.exit(failures.length === 0 && candidateFailures === 0 ? 0 : 1);
+Deno.exit(failures.length === 0 ? 0 : 1);

@@ -211,3 +211,75 @@ Deno.test("adamw over a KdaModule's groups lowers a quadratic loss of its output
   }
   assert.ok(last < 0.75 * first, `loss ${first} → ${last}`);
 });
+
+/** Every parameter's values, copied, to compare after a refused step. */
+function snapshot(params: Map<string, Tensor>): Map<string, number[]> {
+  return new Map([...params].map(([n, p]) => [n, [...p.data]]));
+}
+
+Deno.test("an Sgd step that would write a non-finite parameter throws, naming the group, index and value, and changes nothing", () => {
+  const { w, b, params } = twoParams();
+  const opt = new Sgd(params, { lr: 1e10, momentum: 0.9 });
+  const before = snapshot(params);
+  // b's update is finite; w[1]'s is 1 − 1e10 · 1e300 = −Infinity, so neither may be written.
+  assert.throws(
+    () => opt.step(new Map([["b", new Float64Array([1])], ["w", new Float64Array([0, 1e300])]])),
+    {
+      name: "RangeError",
+      message: 'params "w" must stay finite after step 1: got -Infinity at index 1 ' +
+        "(nothing was updated)",
+    },
+  );
+  assert.deepEqual(snapshot(params), before, "no parameter changed");
+  assert.equal(opt.steps, 0);
+  // The momentum buffer was not started by the refused step: the next step is a first step.
+  opt.lr = 0.1;
+  opt.step(new Map([["w", new Float64Array([1, 1])], ["b", new Float64Array([1])]]));
+  close(w.data, [0.9, -2.1], 1e-15, "w after a first step");
+  close(b.data, [0.4], 1e-15, "b after a first step");
+});
+
+Deno.test("an f32 Sgd step whose value overflows f32 (but not f64) throws and changes nothing", () => {
+  const { params } = twoParams("f32");
+  const opt = new Sgd(params, { lr: 1 });
+  const before = snapshot(params);
+  assert.throws(
+    () => opt.step(new Map([["w", new Float64Array([1e39, 0])], ["b", new Float64Array([0])]])),
+    {
+      name: "RangeError",
+      message: 'params "w" must stay finite in f32 after step 1: got -1e+39 at index 0, ' +
+        "which rounds to -Infinity (nothing was updated)",
+    },
+  );
+  assert.deepEqual(snapshot(params), before);
+});
+
+Deno.test("an AdamW step that would write a non-finite parameter or moment throws, naming the group, index and value, and changes nothing", () => {
+  // lr 1e300: the decoupled decay 1 − lr · 0.01 and the step lr / (1 − β1) overflow the update.
+  const { params } = twoParams("f32");
+  const opt = new AdamW(params, { lr: 1e300 });
+  const before = snapshot(params);
+  assert.throws(
+    () => opt.step(new Map([["w", new Float64Array([1, 1])], ["b", new Float64Array([1])]])),
+    (e: Error) =>
+      e instanceof RangeError &&
+      /^params "w" must stay finite in f32 after step 1: got -?[\d.e+]+ at index 0, which rounds to -?Infinity \(nothing was updated\)$/
+        .test(e.message),
+  );
+  assert.deepEqual(snapshot(params), before);
+  // A gradient of 1e300 squares to Infinity in the second moment: refused, not a silent zero step.
+  const f64 = twoParams();
+  const adam = new AdamW(f64.params, { lr: 0.1 });
+  assert.throws(
+    () => adam.step(new Map([["w", new Float64Array([0, 1e300])], ["b", new Float64Array([0])]])),
+    {
+      name: "RangeError",
+      message: 'the second moment of params "w" must stay finite after step 1: got Infinity ' +
+        "at index 1 (nothing was updated)",
+    },
+  );
+  assert.equal(adam.steps, 0);
+  // The moments were not touched: a good step now is AdamW's first step (each entry moves by lr).
+  adam.step(new Map([["w", new Float64Array([1, -1])], ["b", new Float64Array([1])]]));
+  close(f64.w.data, [1 * (1 - 0.1 * 0.01) - 0.1, -2 * (1 - 0.1 * 0.01) + 0.1], 1e-7, "w");
+});

@@ -229,6 +229,56 @@ Deno.test("duplicate tensor names give a named RangeError", () => {
   ]);
 });
 
+Deno.test("duplicate keys inside a tensor entry or __metadata__ give a named RangeError, at any depth and however escaped", () => {
+  const entry = '"dtype":"F32","shape":[1],"data_offsets":[0,4]';
+  assertUnreadable(
+    [
+      `{"x":{${entry},"dtype":"F64"}}`,
+      4,
+      new RangeError('tensor "x" must not repeat a key: got "dtype" twice'),
+    ],
+    [
+      `{"x":{${entry},"shape":[2]}}`,
+      4,
+      new RangeError('tensor "x" must not repeat a key: got "shape" twice'),
+    ],
+    [
+      // An escaped spelling is the same key once parsed.
+      `{"x":{${entry},"data_\\u006fffsets":[0,4]}}`,
+      4,
+      new RangeError('tensor "x" must not repeat a key: got "data_offsets" twice'),
+    ],
+    [
+      '{"__metadata__":{"format":"pt","format":"kda.layer"}}',
+      0,
+      new RangeError('header.__metadata__ must not repeat a key: got "format" twice'),
+    ],
+    [
+      `{"x":{${entry},"extra":[{"a":1,"a":2}]}}`,
+      4,
+      new RangeError('tensor "x".extra[] must not repeat a key: got "a" twice'),
+    ],
+  );
+  // The same key in two different objects is no duplicate.
+  const bytes = craft(`{"__metadata__":{"dtype":"x"},"y":{${entry}}}`, new Uint8Array(4));
+  assert.equal(readSafetensors(bytes).metadata.dtype, "x");
+});
+
+Deno.test("a header that starts with a byte-order mark gives a named TypeError", () => {
+  const good = writeSafetensors({ x: { data: new Float32Array(1), shape: [1] } });
+  const n = Number(new DataView(good.buffer).getBigUint64(0, true));
+  const header = good.subarray(8, 8 + n), data = good.subarray(8 + n);
+  const withBom = new Uint8Array([0xef, 0xbb, 0xbf, ...header]);
+  const bytes = new Uint8Array(8 + withBom.length + data.length);
+  new DataView(bytes.buffer).setBigUint64(0, BigInt(withBom.length), true);
+  bytes.set(withBom, 8);
+  bytes.set(data, 8 + withBom.length);
+  assert.throws(() => readSafetensors(bytes), {
+    name: "TypeError",
+    message: "header must begin with its JSON text: got a byte-order mark (EF BB BF)",
+  });
+});
+
 Deno.test("an unknown dtype gives a named TypeError", () => {
   assertUnreadable([
     '{"x":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}}',

@@ -1,17 +1,18 @@
-// Tests of the layer's state dict and checkpoints (kda/state_dict.ts): copies, save→load round
+// Tests of the layer's state dict and checkpoints (kda/layer/state_dict.ts, loadLayer in kda/module.ts): copies, save→load round
 // trips of every group bit for bit (f64 and f32, with and without the short conv), named errors
 // for unknown, missing and wrong-shape tensors, and the flash-linear-attention name mapping.
 
 import assert from "node:assert/strict";
-import { KdaModule, parameterNames } from "../mod.ts";
 import {
   fromTritonNames,
+  KdaModule,
   loadLayer,
   loadStateDict,
+  parameterNames,
   saveLayer,
   stateDict,
   TRITON_NAME_MAP,
-} from "../kda/layer/state_dict.ts";
+} from "../mod.ts";
 import { readSafetensors, writeSafetensors } from "../io/mod.ts";
 
 const SMALL = { dModel: 8, heads: 2, keyDim: 4, valueDim: 3, decayRank: 2 };
@@ -261,4 +262,92 @@ Deno.test("a flash-linear-attention state dict loads through the mapping, o_gate
       message: 'tensors "q_conv1d.weight" must have shape [C, 1, W] (a depthwise Conv1d): got [8]',
     },
   );
+});
+
+/** The tiny tensors a checkpoint would hold for SMALL, under a metadata that may claim otherwise. */
+function tinyCheckpoint(config: Record<string, unknown>, dtype = "f64"): Uint8Array {
+  const layer = new KdaModule(SMALL);
+  const tensors = new Map<string, { data: Float64Array; shape: readonly number[] }>();
+  for (const [name, p] of layer.parameters()) {
+    tensors.set(name, { data: p.data as Float64Array, shape: p.shape });
+  }
+  return writeSafetensors(tensors, { format: "kda.layer", config: JSON.stringify(config), dtype });
+}
+
+/**
+ * How often `fn` calls Math.expm1, which the random initialiser calls once per b_alpha entry
+ * (docs/kda.md 2.4: b_alpha = ln(e^dt − 1)) and nothing else in the package calls.
+ */
+function expm1Calls(fn: () => unknown): number {
+  const original = Math.expm1;
+  let calls = 0;
+  Math.expm1 = (x: number) => (calls++, original(x));
+  try {
+    fn();
+  } finally {
+    Math.expm1 = original;
+  }
+  return calls;
+}
+
+Deno.test("loadLayer of a tiny file claiming dModel 8192, 16 heads, K = V = 256 fails at once, naming the first mismatched group", () => {
+  const huge = { ...SMALL, dModel: 8192, heads: 16, keyDim: 256, valueDim: 256, decayRank: 256 };
+  const bytes = tinyCheckpoint(huge);
+  const t0 = performance.now();
+  assert.throws(() => loadLayer(bytes), {
+    name: "RangeError",
+    message: 'dict "q_proj.weight" must have shape [4096, 8192]: got [8, 8]',
+  });
+  const elapsed = performance.now() - t0;
+  // A guard beside the message: building the claimed layer first took 17.6 s and 1.34 GB.
+  assert.ok(elapsed < 1000, `loadLayer took ${elapsed.toFixed(0)} ms to refuse the file`);
+  // The same for a dict handed to fromStateDict with a config that does not fit it.
+  const dict = stateDict(new KdaModule(SMALL));
+  assert.throws(() => KdaModule.fromStateDict(dict, huge), {
+    name: "RangeError",
+    message: 'dict "q_proj.weight" must have 33554432 elements (shape [4096, 8192]): got 64',
+  });
+});
+
+Deno.test("loading a layer (loadLayer, fromStateDict) never draws random weights", () => {
+  const layer = perturbed(true, "f64");
+  const bytes = saveLayer(layer);
+  // The positive control: building a layer does draw, once per b_alpha entry (H·K).
+  assert.equal(expm1Calls(() => new KdaModule({ ...SMALL, shortConv: true })), 2 * 4);
+  let loaded: KdaModule | undefined;
+  assert.equal(expm1Calls(() => (loaded = loadLayer(bytes))), 0);
+  assert.equal(expm1Calls(() => KdaModule.fromStateDict(stateDict(layer), layer.config)), 0);
+  for (const [name, p] of layer.parameters()) {
+    assert.deepEqual(bits(loaded!.parameters().get(name)!.data), bits(p.data), name);
+  }
+  const misfit = tinyCheckpoint({ ...SMALL, heads: 3 });
+  assert.equal(expm1Calls(() => assert.throws(() => loadLayer(misfit), RangeError)), 0);
+});
+
+Deno.test("loadStateDict into an f32 layer refuses a finite f64 value that rounds to Infinity in f32, and loads nothing", () => {
+  const layer = new KdaModule(SMALL, { dtype: "f32" });
+  const before = stateDict(layer);
+  const dict = stateDict(new KdaModule(SMALL, { dtype: "f64" }));
+  dict.get("o_norm_w")![2] = 1e300;
+  assert.throws(() => loadStateDict(layer, dict), {
+    name: "RangeError",
+    message:
+      'dict "o_norm_w" must be finite in the layer\'s f32 (|x| <= 3.4028234663852886e+38): ' +
+      "got 1e+300 at index 2, which rounds to Infinity",
+  });
+  assert.deepEqual(stateDict(layer), before, "nothing was loaded");
+  // The largest f32 value and values that round down to it still load.
+  dict.get("o_norm_w")![2] = -3.4028235e38;
+  loadStateDict(layer, dict);
+  assert.equal(layer.parameters().get("o_norm_w")!.data[2], -3.4028234663852886e38);
+  // The same refusal from a checkpoint: an f64 file loaded as an f32 layer.
+  const bytes = saveLayer(new KdaModule(SMALL));
+  const { tensors, metadata } = readSafetensors(bytes);
+  const out = new Map<string, { data: Float64Array; shape: readonly number[] }>();
+  for (const [name, t] of tensors) out.set(name, { data: t.data as Float64Array, shape: t.shape });
+  out.get("decay.a_log")!.data[1] = -1e39;
+  assert.throws(() => loadLayer(writeSafetensors(out, { ...metadata, dtype: "f32" })), {
+    name: "RangeError",
+    message: /^dict "decay\.a_log" must be finite in the layer's f32 .*got -1e\+39 at index 1/,
+  });
 });

@@ -104,6 +104,24 @@ gpuTest(
   },
 );
 
+Deno.test("kdaStep() with K = 257 runs on the cpu arm (a step uses no chunks) and matches the ops arm", async () => {
+  const x = randomKda({ B: 1, T: 1, H: 2, K: 257, V: 3 }, 61, { withH0: true });
+  const token = { B: 1, H: 2, K: 257, V: 3, q: x.q, k: x.k, v: x.v, g: x.g, beta: x.beta };
+  resetSeamCounts();
+  const cpu = await kdaStep(x.h0!, token, { arm: "cpu", strict: true });
+  assert.deepEqual(seamCounts().declined, 0);
+  const ops = await kdaStep(x.h0!, token, { arm: "ops", strict: true });
+  const worst = new Worst();
+  worst.check("o K=257", cpu.o, ops.o, 1e-12);
+  worst.check("state K=257", cpu.state, ops.state, 1e-12);
+  worst.report("kdaStep cpu vs ops at K = 257");
+  // The chunked call of the same token is still limited on the cpu arm, by name.
+  await assert.rejects(
+    () => kda(x, { arm: "cpu", strict: true }),
+    /K = 257 and V = 3 must be at most 256 on the cpu arm/,
+  );
+});
+
 Deno.test("kdaStep() rejects bad tokens, states and options with named errors", async () => {
   const x = sequence(2, 2, 3, "f64");
   const token = tokenAt(x, 0);

@@ -112,7 +112,12 @@ export class ChunkAdjoints {
   readonly dq: Float64Array;
   readonly dk: Float64Array;
   readonly dv: Float64Array;
+  /** dG from Γ and γ_C only: the terms through Kd and E are kept apart (gateCumsumBackward). */
   readonly dG: Float64Array;
+  /** x_r = dKd ⊙ K ⊙ e^{G_C − G}: the gradient reaching the gates after row r through Kd. */
+  readonly dGateToEnd: Float64Array;
+  /** X_rs = XL_rs + XP_rs, packed as E: the gradient reaching the gates s+1 … r through E_rs. */
+  readonly dGatePair: Float64Array;
   readonly dg: Float64Array;
   readonly dbeta: Float64Array;
 
@@ -141,6 +146,8 @@ export class ChunkAdjoints {
     this.dk = new Float64Array(CK);
     this.dv = new Float64Array(CV);
     this.dG = new Float64Array(CK);
+    this.dGateToEnd = new Float64Array(CK);
+    this.dGatePair = new Float64Array(((C * (C + 1)) / 2) * K);
     this.dg = new Float64Array(CK);
     this.dbeta = new Float64Array(C);
   }

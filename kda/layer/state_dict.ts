@@ -3,8 +3,8 @@
 // `KimiDeltaAttention`.
 
 import { readSafetensors, writeSafetensors } from "../../io/safetensors.ts";
-import type { KdaConfig } from "./config.ts";
-import { KdaModule } from "../module.ts";
+import { type KdaConfig, type KimiConfigInput, type LayerConfig, resolveConfig } from "./config.ts";
+import { layerGroups } from "./parameters.ts";
 import { typeName } from "../../base/check.ts";
 import type { ComputeDType } from "../../base/dtype.ts";
 
@@ -18,6 +18,24 @@ export interface ShapedArray {
   /** The shape. */
   readonly shape: readonly number[];
 }
+
+/**
+ * What the state-dict functions need of a layer (a `KdaModule` is one): its config, its dtype and
+ * its live parameter groups, whose `data` they read or overwrite in place.
+ */
+export interface LayerParameters {
+  /** The resolved configuration (either form). */
+  readonly config: Readonly<LayerConfig>;
+  /** The element type of the parameters. */
+  readonly dtype: ComputeDType;
+  /** The parameter groups by name; writing to a group's `data` changes the layer. */
+  parameters(): Map<string, ShapedArray>;
+}
+
+/** Tensors by group name, as the loaders take them: a Map or a plain object. */
+export type TensorDict =
+  | Map<string, Float64Array | Float32Array | ShapedArray>
+  | Record<string, Float64Array | Float32Array | ShapedArray>;
 
 /** Options of {@linkcode loadStateDict}. */
 export interface LoadStateDictOptions {
@@ -36,67 +54,50 @@ export interface LoadStateDictResult {
   unexpected: string[];
 }
 
-function checkLayer(layer: unknown): KdaModule {
-  if (!(layer instanceof KdaModule)) {
+function checkLayer(layer: unknown): LayerParameters {
+  const l = layer as Partial<LayerParameters> | null;
+  if (
+    typeof l !== "object" || l === null || typeof l.parameters !== "function" ||
+    typeof l.config !== "object" || l.config === null || (l.dtype !== "f64" && l.dtype !== "f32")
+  ) {
     throw new TypeError(`layer must be a KdaModule: got ${typeName(layer)}`);
   }
-  return layer;
-}
-
-function shapes(layer: KdaModule): Map<string, number[]> {
-  const out = new Map<string, number[]>();
-  for (const [name, p] of layer.parameters()) out.set(name, [...p.shape]);
-  return out;
+  return l as LayerParameters;
 }
 
 /**
- * A copy of every parameter group of the layer, by group name (11 groups, 14 with the short
- * convolution), of the layer's dtype. Writing to the copies does not change the layer.
+ * The group shapes a config gives (docs/kda.md 2.4, 2.9), by name in table order. Computed from
+ * the config alone, so a file's tensors are checked against them before anything is allocated.
  *
- * @param layer The layer.
- * @returns A new map from group name to a copy of its values, row-major.
- *
- * @example Usage
- * ```ts
- * import { KdaModule, stateDict } from "@deltanet/kda";
- * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
- * stateDict(layer).get("q_proj.weight")?.length; // 32
- * ```
+ * @param config A resolved config of either form.
+ * @returns Group name to shape.
  */
-export function stateDict(layer: KdaModule): StateDict {
-  checkLayer(layer);
-  const out: StateDict = new Map();
-  for (const [name, p] of layer.parameters()) out.set(name, p.data.slice());
-  return out;
+export function groupShapes(config: Readonly<LayerConfig>): Map<string, number[]> {
+  return new Map(layerGroups(config).map((g) => [g.name, [...g.shape]]));
 }
 
+/** The largest finite f32 value: anything larger in magnitude rounds to ±Infinity in f32. */
+const F32_MAX = 3.4028234663852886e38;
+
 /**
- * Copies tensors into the layer's parameter groups, in place. A tensor may be a bare array (its
- * length is checked) or `{ data, shape }` (its shape is checked); f32 values load exactly into an
- * f64 layer and f64 values are rounded to nearest into an f32 layer. Every tensor is checked
- * before any is written, so a rejected dict leaves the layer unchanged.
+ * Checks a dict of tensors against the group shapes `want` and the dtype they load into, and
+ * returns what to copy where, without allocating or writing anything: every check comes first.
  *
- * @param layer The layer to load into.
- * @param dict Tensors by group name: a Map or a plain object.
- * @param options `strict` (default true): throw on unknown or missing tensors.
- * @returns The missing groups and unexpected names (empty when strict).
- *
- * @example Usage
- * ```ts
- * import { KdaModule, loadStateDict, stateDict } from "@deltanet/kda";
- * const config = { dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 };
- * const a = new KdaModule({ ...config, seed: 1 }), b = new KdaModule({ ...config, seed: 2 });
- * loadStateDict(b, stateDict(a)); // b now computes what a computes
- * ```
+ * @param want Group name to shape (the layer's, or {@linkcode groupShapes} of a config).
+ * @param dtype The dtype the values load into: an f32 layer refuses a finite value that f32
+ *   cannot hold (it would round to ±Infinity).
+ * @param dict The tensors.
+ * @param strict Throw on unknown or missing tensors.
+ * @param shortConv Whether the layer has the short convolution (for the messages).
+ * @returns The checked sources by group name, and the missing and unexpected names.
  */
-export function loadStateDict(
-  layer: KdaModule,
-  dict:
-    | Map<string, Float64Array | Float32Array | ShapedArray>
-    | Record<string, Float64Array | Float32Array | ShapedArray>,
-  options: LoadStateDictOptions = {},
-): LoadStateDictResult {
-  checkLayer(layer);
+export function checkStateDict(
+  want: Map<string, readonly number[]>,
+  dtype: ComputeDType,
+  dict: unknown,
+  strict: boolean,
+  shortConv: boolean,
+): { sources: Map<string, Float64Array | Float32Array>; missing: string[]; unexpected: string[] } {
   const entries = dict instanceof Map
     ? [...dict]
     : typeof dict === "object" && dict !== null && !Array.isArray(dict)
@@ -105,24 +106,10 @@ export function loadStateDict(
   if (entries === undefined) {
     throw new TypeError(`dict must be a Map or an object of tensors: got ${typeName(dict)}`);
   }
-  if (typeof options !== "object" || options === null) {
-    throw new TypeError(`options must be an object: got ${typeName(options)}`);
-  }
-  for (const key of Object.keys(options)) {
-    if (key !== "strict") {
-      throw new TypeError(`options.${key} is not a known field: expected one of strict`);
-    }
-  }
-  const strict = options.strict ?? true;
-  if (typeof strict !== "boolean") {
-    throw new TypeError(`options.strict must be a boolean: got ${typeName(strict)}`);
-  }
-  const want = shapes(layer);
-  const params = layer.parameters();
   const unexpected = entries.map(([n]) => n).filter((n) => !want.has(n));
   const given = new Set(entries.map(([n]) => n));
   const missing = [...want.keys()].filter((n) => !given.has(n));
-  const conv = layer.config.shortConv ? "with" : "without";
+  const conv = shortConv ? "with" : "without";
   if (strict && unexpected.length > 0) {
     throw new RangeError(
       `dict has a tensor that is not a parameter group of this layer (${conv} shortConv): ` +
@@ -135,7 +122,7 @@ export function loadStateDict(
         `got none for ${missing.map((n) => `"${n}"`).join(", ")}`,
     );
   }
-  const plan: [Float64Array | Float32Array, Float64Array | Float32Array][] = [];
+  const sources = new Map<string, Float64Array | Float32Array>();
   for (const [name, value] of entries) {
     const shape = want.get(name);
     if (shape === undefined) continue;
@@ -168,15 +155,94 @@ export function loadStateDict(
         }]): got ${data.length}`,
       );
     }
+    const narrow = dtype === "f32" && data instanceof Float64Array;
     for (let i = 0; i < data.length; i++) {
-      if (!Number.isFinite(data[i])) {
-        throw new RangeError(`dict "${name}" must be finite: got ${data[i]} at index ${i}`);
+      const v = data[i];
+      if (!Number.isFinite(v)) {
+        throw new RangeError(`dict "${name}" must be finite: got ${v} at index ${i}`);
+      }
+      if (narrow && Math.abs(v) > F32_MAX && !Number.isFinite(Math.fround(v))) {
+        throw new RangeError(
+          `dict "${name}" must be finite in the layer's f32 (|x| <= ${F32_MAX}): got ${v} at ` +
+            `index ${i}, which rounds to ${Math.fround(v)}`,
+        );
       }
     }
-    plan.push([params.get(name)!.data, data]);
+    sources.set(name, data);
   }
-  for (const [target, source] of plan) target.set(source);
-  return { missing: strict ? [] : missing, unexpected: strict ? [] : unexpected };
+  return { sources, missing: strict ? [] : missing, unexpected: strict ? [] : unexpected };
+}
+
+/**
+ * A copy of every parameter group of the layer, by group name (11 groups, 14 with the short
+ * convolution), of the layer's dtype. Writing to the copies does not change the layer.
+ *
+ * @param layer The layer.
+ * @returns A new map from group name to a copy of its values, row-major.
+ *
+ * @example Usage
+ * ```ts
+ * import { KdaModule, stateDict } from "@deltanet/kda";
+ * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
+ * stateDict(layer).get("q_proj.weight")?.length; // 32
+ * ```
+ */
+export function stateDict(layer: LayerParameters): StateDict {
+  checkLayer(layer);
+  const out: StateDict = new Map();
+  for (const [name, p] of layer.parameters()) out.set(name, p.data.slice());
+  return out;
+}
+
+/**
+ * Copies tensors into the layer's parameter groups, in place. A tensor may be a bare array (its
+ * length is checked) or `{ data, shape }` (its shape is checked); f32 values load exactly into an
+ * f64 layer and f64 values are rounded to nearest into an f32 layer (a finite value beyond f32's
+ * range, which would round to ±Infinity, is refused). Every tensor is checked before any is
+ * written, so a rejected dict leaves the layer unchanged.
+ *
+ * @param layer The layer to load into.
+ * @param dict Tensors by group name: a Map or a plain object.
+ * @param options `strict` (default true): throw on unknown or missing tensors.
+ * @returns The missing groups and unexpected names (empty when strict).
+ *
+ * @example Usage
+ * ```ts
+ * import { KdaModule, loadStateDict, stateDict } from "@deltanet/kda";
+ * const config = { dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 };
+ * const a = new KdaModule({ ...config, seed: 1 }), b = new KdaModule({ ...config, seed: 2 });
+ * loadStateDict(b, stateDict(a)); // b now computes what a computes
+ * ```
+ */
+export function loadStateDict(
+  layer: LayerParameters,
+  dict: TensorDict,
+  options: LoadStateDictOptions = {},
+): LoadStateDictResult {
+  checkLayer(layer);
+  if (typeof options !== "object" || options === null) {
+    throw new TypeError(`options must be an object: got ${typeName(options)}`);
+  }
+  for (const key of Object.keys(options)) {
+    if (key !== "strict") {
+      throw new TypeError(`options.${key} is not a known field: expected one of strict`);
+    }
+  }
+  const strict = options.strict ?? true;
+  if (typeof strict !== "boolean") {
+    throw new TypeError(`options.strict must be a boolean: got ${typeName(strict)}`);
+  }
+  const params = layer.parameters();
+  const want = new Map([...params].map(([name, p]) => [name, p.shape]));
+  const { sources, missing, unexpected } = checkStateDict(
+    want,
+    layer.dtype,
+    dict,
+    strict,
+    layer.config.shortConv,
+  );
+  for (const [name, source] of sources) params.get(name)!.data.set(source);
+  return { missing, unexpected };
 }
 
 /** The metadata keys of a layer checkpoint. */
@@ -197,7 +263,7 @@ const META_FORMAT = "kda.layer";
  * const copy = loadLayer(saveLayer(layer)); // same config, dtype and values
  * ```
  */
-export function saveLayer(layer: KdaModule): Uint8Array {
+export function saveLayer(layer: LayerParameters): Uint8Array {
   checkLayer(layer);
   const tensors = new Map<string, ShapedArray>();
   for (const [name, p] of layer.parameters()) {
@@ -211,21 +277,20 @@ export function saveLayer(layer: KdaModule): Uint8Array {
 }
 
 /**
- * A layer from checkpoint bytes written by {@linkcode saveLayer} (or by any tool that writes the
- * same names, metadata and shapes). The config and dtype come from the metadata; every group must
- * be present with its shape, and no other tensor may be. F16 and BF16 tensors are widened exactly.
+ * Reads and checks a layer checkpoint written by {@linkcode saveLayer} (or by any tool that writes
+ * the same names, metadata and shapes), building no layer: the metadata's config and dtype, and
+ * every group's tensor checked against the shapes that config gives. Only what the file holds is
+ * allocated (the decoded tensors), so a small file claiming a huge config fails here, naming the
+ * mismatch. F16 and BF16 tensors are widened exactly.
  *
  * @param bytes The safetensors bytes.
- * @returns A new layer holding the checkpoint's values.
- *
- * @example Usage
- * ```ts
- * import { KdaModule, loadLayer, saveLayer } from "@deltanet/kda";
- * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
- * loadLayer(saveLayer(layer)).config.dModel; // 8
- * ```
+ * @returns The resolved config, the dtype and the checked tensors by group name.
  */
-export function loadLayer(bytes: Uint8Array): KdaModule {
+export function readLayerCheckpoint(bytes: Uint8Array): {
+  config: Readonly<LayerConfig>;
+  dtype: ComputeDType;
+  tensors: Map<string, Float64Array | Float32Array>;
+} {
   const { tensors, metadata } = readSafetensors(bytes);
   if (metadata.format !== META_FORMAT) {
     throw new RangeError(
@@ -234,9 +299,9 @@ export function loadLayer(bytes: Uint8Array): KdaModule {
       }`,
     );
   }
-  let config: unknown;
+  let parsed: unknown;
   try {
-    config = JSON.parse(metadata.config ?? "");
+    parsed = JSON.parse(metadata.config ?? "");
   } catch {
     throw new TypeError(
       `metadata.config must be the layer's config as JSON: got ${
@@ -248,7 +313,7 @@ export function loadLayer(bytes: Uint8Array): KdaModule {
   if (dtype !== "f64" && dtype !== "f32") {
     throw new RangeError(`metadata.dtype must be "f64" or "f32": got ${String(dtype)}`);
   }
-  const layer = new KdaModule(config as Partial<KdaConfig>, { dtype: dtype as ComputeDType });
+  const config = resolveConfig(parsed as Partial<KdaConfig> | KimiConfigInput);
   const dict = new Map<string, ShapedArray>();
   for (const [name, t] of tensors) {
     if (t.data instanceof Int32Array) {
@@ -256,8 +321,8 @@ export function loadLayer(bytes: Uint8Array): KdaModule {
     }
     dict.set(name, { data: t.data, shape: t.shape });
   }
-  loadStateDict(layer, dict, { strict: true });
-  return layer;
+  const { sources } = checkStateDict(groupShapes(config), dtype, dict, true, config.shortConv);
+  return { config, dtype, tensors: sources };
 }
 
 /** One correspondence between a flash-linear-attention tensor and a group of this package. */

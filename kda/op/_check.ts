@@ -201,8 +201,35 @@ const INPUT_KEYS = [
 ] as const;
 
 /**
+ * flash-linear-attention's names (the keyword arguments of `chunk_kda` and `fused_recurrent_kda`,
+ * and `do` for the output cotangent) mapped to this package's field for the same thing, so that a
+ * refused key points there. An entry whose field the checked object does not have (one of another
+ * object, or an option this package lacks) is not named by checkKnownKeys, so the table may list
+ * them all.
+ */
+export const FLA_NAMES: Readonly<Record<string, string>> = Object.freeze({
+  initial_state: "h0",
+  cu_seqlens: "cuSeqlens",
+  cu_seqlens_cpu: "cuSeqlens",
+  output_final_state: "outputFinalState",
+  chunk_size: "chunkSize",
+  A_log: "aLog",
+  dt_bias: "dtBias",
+  use_qk_l2norm_in_kernel: "useQkL2NormInKernel",
+  use_gate_in_kernel: "useGateInKernel",
+  use_beta_sigmoid_in_kernel: "useBetaSigmoidInKernel",
+  allow_neg_eigval: "allowNegEigval",
+  lower_bound: "lowerBound",
+  safe_gate: "safeGate",
+  state_v_first: "stateVFirst",
+  return_intermediate_states: "returnIntermediateStates",
+  do: "dout",
+});
+
+/**
  * Checks the offsets of a packed batch (docs/kda.md 2.6): an Int32Array of N + 1 ≥ 2 offsets that
- * starts at 0, strictly increases and ends at T, with B = 1.
+ * starts at 0, never decreases and ends at T, with B = 1. Equal neighbours are a zero-length
+ * sequence, whose state passes through unchanged (its ht is its h0), as in flash-linear-attention.
  *
  * @param value What the caller passed as `inputs.cuSeqlens`.
  * @param B The batch size (must be 1).
@@ -212,7 +239,7 @@ const INPUT_KEYS = [
  * @example
  * ```ts
  * import { checkCuSeqlens } from "./_check.ts";
- * checkCuSeqlens(new Int32Array([0, 3, 7]), 1, 7); // ok; [0, 3, 3, 7] throws a RangeError
+ * checkCuSeqlens(new Int32Array([0, 3, 3, 7]), 1, 7); // ok; [0, 5, 3, 7] throws a RangeError
  * ```
  */
 export function checkCuSeqlens(value: unknown, B: number, T: number): Int32Array {
@@ -231,11 +258,9 @@ export function checkCuSeqlens(value: unknown, B: number, T: number): Int32Array
   }
   if (value[0] !== 0) throw new RangeError(`inputs.cuSeqlens must start at 0: got ${value[0]}`);
   for (let i = 1; i < value.length; i++) {
-    if (!(value[i] > value[i - 1])) {
+    if (!(value[i] >= value[i - 1])) {
       throw new RangeError(
-        `inputs.cuSeqlens must strictly increase: got ${value[i]} after ${
-          value[i - 1]
-        } at index ${i}`,
+        `inputs.cuSeqlens must not decrease: got ${value[i]} after ${value[i - 1]} at index ${i}`,
       );
     }
   }
@@ -282,7 +307,7 @@ export function checkKdaInputs(
   how: { gateInKernel?: boolean } = {},
 ): CheckedInputs {
   const x = checkObject("inputs", inputs);
-  checkKnownKeys("inputs", x, INPUT_KEYS);
+  checkKnownKeys("inputs", x, INPUT_KEYS, FLA_NAMES);
   const device = onDevice(x, ARRAY_KEYS, "inputs");
   const B = checkPositiveInt("inputs.B", x.B);
   const T = checkPositiveInt("inputs.T", x.T);
@@ -342,7 +367,7 @@ export function checkKdaCotangents<A extends Float | GpuTensor>(
   checked: { problem: KdaProblem<A>; dtype: ComputeDType; device: boolean },
 ): KdaCotangents<A> {
   const c = checkObject("cotangents", cotangents);
-  checkKnownKeys("cotangents", c, ["dout", "dht"]);
+  checkKnownKeys("cotangents", c, ["dout", "dht"], FLA_NAMES);
   const { problem, dtype, device } = checked;
   const { B, T, K, V } = problem;
   const HV = problem.HV ?? problem.H;
@@ -403,15 +428,20 @@ export function checkKernels(value: unknown): string | undefined {
  */
 export function checkKdaOptions(options: unknown): CheckedOptions {
   const o = checkObject("options", options);
-  checkKnownKeys("options", o, [
-    "arm",
-    "chunkSize",
-    "kernels",
-    "strict",
-    "quiet",
-    ...IN_KERNEL_KEYS,
-    "outputFinalState",
-  ]);
+  checkKnownKeys(
+    "options",
+    o,
+    [
+      "arm",
+      "chunkSize",
+      "kernels",
+      "strict",
+      "quiet",
+      ...IN_KERNEL_KEYS,
+      "outputFinalState",
+    ],
+    FLA_NAMES,
+  );
   const kernels = checkKernels(o.kernels);
   const { inKernel, allowNegEigval } = checkInKernel(o, true);
   return {
@@ -479,7 +509,7 @@ export function checkKdaStep(
   how: { gateInKernel?: boolean } = {},
 ): CheckedInputs {
   const x = checkObject("token", token);
-  checkKnownKeys("token", x, TOKEN_KEYS);
+  checkKnownKeys("token", x, TOKEN_KEYS, FLA_NAMES);
   const device = onDevice(x, TOKEN_ARRAYS, "token");
   const B = checkPositiveInt("token.B", x.B);
   const T = x.T === undefined ? 1 : checkPositiveInt("token.T", x.T);
@@ -551,7 +581,7 @@ export function checkKdaStep(
  */
 export function checkStepOptions(options: unknown): Omit<CheckedOptions, "chunkSize"> {
   const o = checkObject("options", options);
-  checkKnownKeys("options", o, ["arm", "strict", "quiet", ...IN_KERNEL_KEYS]);
+  checkKnownKeys("options", o, ["arm", "strict", "quiet", ...IN_KERNEL_KEYS], FLA_NAMES);
   const { chunkSize: _, ...rest } = checkKdaOptions(o);
   return rest;
 }

@@ -175,10 +175,18 @@ const opsArm: CompositeArm<KdaRequest> = {
       return hasFinalState(request) ? [o, ht] : [o];
     }
     // A packed batch: the recurrence of each sequence on its own slice of the tokens and its own
-    // initial state (docs/kda.md 2.6).
+    // initial state (docs/kda.md 2.6). T ≥ 1, so at least one sequence has rows.
     const os: Tensor[] = [], hts: Tensor[] = [];
     for (let i = 0; i + 1 < cu.length; i++) {
       const tokens = { start: cu[i], end: cu[i + 1] };
+      const state = h0 === undefined ? undefined : slice(h0, 0, { start: i, end: i + 1 });
+      if (tokens.end === tokens.start) {
+        // A zero-length sequence has no rows and passes its state through: ht = h0 (or zeros),
+        // so dh0 = dht for it.
+        const { K, V } = request;
+        hts.push(state ?? constant(q!.dtype, new Float64Array(HV * K * V), [1, HV, K, V]));
+        continue;
+      }
       const cut = (t: Tensor) => slice(t, 1, tokens);
       const { o, ht } = recurrentKda(
         {
@@ -187,7 +195,7 @@ const opsArm: CompositeArm<KdaRequest> = {
           v: cut(v!),
           g: cut(g!),
           beta: cut(beta!),
-          h0: h0 === undefined ? undefined : slice(h0, 0, { start: i, end: i + 1 }),
+          h0: state,
         },
         { ...dims, B: 1, T: cu[i + 1] - cu[i] },
         request.scale,
