@@ -215,9 +215,10 @@ function readOffsets(cu: SafetensorsTensor, B: number, T: number): number[] {
     );
   }
   if (B !== 1) throw new RangeError(`candidate with cu_seqlens must have B = 1: got ${B}`);
-  if (c[0] !== 0 || c[c.length - 1] !== T || c.some((x, i) => i > 0 && x <= c[i - 1])) {
+  // equal neighbours are an empty sequence, which the op runs as flash-linear-attention does
+  if (c[0] !== 0 || c[c.length - 1] !== T || c.some((x, i) => i > 0 && x < c[i - 1])) {
     throw new RangeError(
-      `candidate cu_seqlens must rise strictly from 0 to T = ${T}: got ${shown}`,
+      `candidate cu_seqlens must not decrease and must run from 0 to T = ${T}: got ${shown}`,
     );
   }
   return c;
@@ -354,6 +355,12 @@ async function reference(
     const [s, len] = [p.starts[n], p.lengths[n]];
     const part = (a: Float64Array, w: number) => r(a.slice(s * w, (s + len) * w));
     const state = (a: Float64Array) => r(a.slice(n * HV * K * V, (n + 1) * HV * K * V));
+    if (len === 0) {
+      // an empty sequence hands its state through (docs/kda.md 2.6): ht = h0, dh0 = dht
+      if (p.inputs.h0) ht.set(state(p.inputs.h0), n * HV * K * V);
+      if (grads && p.dht) dh0.set(state(p.dht), n * HV * K * V);
+      continue;
+    }
     const inputs = {
       B: 1,
       T: len,

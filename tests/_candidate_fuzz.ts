@@ -412,7 +412,9 @@ export async function mutations(
     const bad = copy();
     const cu = Int32Array.from(spec.cuSeqlens);
     const i = 1 + Math.floor(rand() * (cu.length - 1));
-    cu[i] = i === cu.length - 1 ? cu[i] + 1 : cu[i - 1];
+    // past T at the end, else below its predecessor (equal neighbours are an empty sequence,
+    // which is valid)
+    cu[i] = i === cu.length - 1 ? cu[i] + 1 : cu[i - 1] - 1;
     bad.set("cu_seqlens", { data: cu, shape: [cu.length] });
     cases.push({ label: `cu_seqlens [${cu.join(", ")}]`, bytes: bytesOf(bad), expect: "refuse" });
   }

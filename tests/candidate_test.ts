@@ -190,6 +190,19 @@ Deno.test("a packed candidate with cu_seqlens = [0] (T = 0) is refused: it holds
   );
 });
 
+Deno.test("a packed candidate may hold an empty sequence (as the op and fla run it); decreasing offsets are refused", async () => {
+  const report = await checkCandidate(roundTrip(zeroFile(1, 5, 2, 4, 3, [0, 3, 3, 5])), {
+    precision: "f32",
+  });
+  assert.ok(report.rows.some((r) => r.name === "o"), "no row for o");
+  await assert.rejects(
+    () => checkCandidate(roundTrip(zeroFile(1, 5, 2, 4, 3, [0, 4, 3, 5])), { precision: "f32" }),
+    (e: Error) =>
+      e instanceof RangeError &&
+      /cu_seqlens must not decrease and must run from 0 to T = 5/.test(e.message),
+  );
+});
+
 Deno.test("a result whose reference is all zeros is marked unchecked, and a candidate with no checked row does not agree", async () => {
   const file = zeroFile(1, 6, 1, 2, 2);
   (file.get("v")!.data as Float32Array).fill(0);
