@@ -66,7 +66,6 @@ export {
   KIMI_PARAMETER_TABLE,
   type LayerGroup,
   layerGroups,
-  loadLayer,
   PARAMETER_TABLE,
   type ParameterInit,
   parameterNames,
@@ -77,7 +76,8 @@ export {
   fromFla,
   type FromFlaOptions,
   kimiConfigFromFla,
-} from "./kda/layer/fla.ts";
+  loadLayer,
+} from "./kda/load.ts";
 export {
   fromTritonNames,
   type LayerParameters,

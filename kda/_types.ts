@@ -154,3 +154,6 @@ export interface KdaGateGrads<A = Float> {
 
 /** The names of the gradients, in the order of the inputs. */
 export const GRAD_NAMES: readonly (keyof KdaGrads)[] = ["dq", "dk", "dv", "dg", "dbeta", "dh0"];
+
+/** The eps added to the sum of squares by the in-kernel L2 normalisation (as fla's l2norm). */
+export const L2NORM_EPS = 1e-6;

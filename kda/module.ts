@@ -20,7 +20,7 @@ import {
   checkPositiveInt,
   typeName,
 } from "../base/check.ts";
-import { initialDraw, layerGroups } from "./layer/parameters.ts";
+import { initialDraw, layerGroups, scanParameters } from "./layer/parameters.ts";
 import { type ForwardResult, kdaForward, type KdaModuleState } from "./layer/forward.ts";
 import { kimiForward } from "./layer/kimi.ts";
 
@@ -37,7 +37,6 @@ export type { KdaModuleState } from "./layer/forward.ts";
 import {
   checkStateDict,
   groupShapes,
-  readLayerCheckpoint,
   type StateDict,
   stateDict,
   type TensorDict,
@@ -82,12 +81,6 @@ export interface KdaModuleRunOptions {
    */
   checkParameters?: boolean;
 }
-
-/** The largest a_log whose exp is finite in each dtype: ln of the dtype's largest value. */
-const A_LOG_LIMIT: Readonly<Record<ComputeDType, number>> = Object.freeze({
-  f64: Math.log(Number.MAX_VALUE),
-  f32: Math.log((2 - 2 ** -23) * 2 ** 127),
-});
 
 const RUN_KEYS = ["arm", "strict", "quiet", "kernels", "checkParameters"];
 
@@ -248,31 +241,7 @@ export class KdaModule {
     checkKnownKeys("options", o, RUN_KEYS);
     const kernels = checkKernels(o.kernels);
     if (checkOptionalBoolean("options.checkParameters", o.checkParameters) !== false) {
-      for (const [name, p] of this.#params) {
-        const d = p.data;
-        for (let i = 0; i < d.length; i++) {
-          if (!Number.isFinite(d[i])) {
-            throw new RangeError(
-              `parameter ${name} must be finite: got ${d[i]} at index ${i} ` +
-                `(set options.checkParameters to false to skip this scan)`,
-            );
-          }
-        }
-      }
-      // exp(a_log) overflowing to Infinity still gives a finite forward (sigmoid(±Inf) is 0 or
-      // 1; the Kimi form's −e^{A_log}·softplus gives gates of −Inf, whose decay is 0), but the
-      // backward multiplies that Infinity by a zero slope: NaN gradients.
-      const [group, doc] = isKimi(this.config) ? ["A_log", "2.9"] : ["decay.a_log", "2.4"];
-      const aLog = this.#params.get(group)!.data, limit = A_LOG_LIMIT[this.dtype];
-      for (let i = 0; i < aLog.length; i++) {
-        if (!(aLog[i] <= limit)) {
-          throw new RangeError(
-            `parameter ${group} must be at most ${limit}, where exp(${group}) stays finite in ` +
-              `${this.dtype}: got ${aLog[i]} at index ${i} (exp(${group}) is the decay's ` +
-              `sharpness, docs/kda.md ${doc})`,
-          );
-        }
-      }
+      scanParameters(this.#params, this.config, this.dtype);
     }
     return { ...o, ...(kernels !== undefined ? { kernels } : {}) };
   }
@@ -715,28 +684,4 @@ export class KdaModule {
     );
     return { y: y.data as F, dy: dy as F };
   }
-}
-
-/**
- * A layer from checkpoint bytes written by {@linkcode saveLayer} (or by any tool that writes the
- * same names, metadata and shapes). The config and dtype come from the metadata; every group must
- * be present with the shape that config gives, and no other tensor may be. Everything is checked
- * before the layer is built, and it is built from the file's values, with no random draw, so a
- * small file claiming a huge config fails at once. F16 and BF16 tensors are widened exactly.
- *
- * @param bytes The safetensors bytes.
- * @returns A new layer holding the checkpoint's values.
- *
- * @example Usage
- * ```ts
- * import { KdaModule, loadLayer, saveLayer } from "@deltanet/kda";
- * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
- * loadLayer(saveLayer(layer)).config.dModel; // 8
- * ```
- */
-export function loadLayer(bytes: Uint8Array): KdaModule {
-  const { config, dtype, tensors } = readLayerCheckpoint(bytes);
-  return KdaModule.fromStateDict(tensors, config as Partial<KdaConfig> | KimiConfigInput, {
-    dtype,
-  });
 }

@@ -4,7 +4,7 @@
 // reduction runs in one fixed order (rows ascending, then channels), so reruns give the same bits.
 
 import type { Float, InKernel, KdaProblem } from "../_types.ts";
-import { L2NORM_EPS } from "../op/_options.ts";
+import { L2NORM_EPS } from "../_types.ts";
 
 /** sigmoid(x), without overflow for either sign. */
 export function sigmoid(x: number): number {

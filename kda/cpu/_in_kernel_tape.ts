@@ -14,7 +14,7 @@ import {
   type Tensor,
 } from "../../tape/mod.ts";
 import type { InKernel } from "../_types.ts";
-import { L2NORM_EPS } from "../op/_options.ts";
+import { L2NORM_EPS } from "../_types.ts";
 
 /** The raw arrays of a call with in-kernel options, as tape tensors. */
 export interface RawTensors {

@@ -14,7 +14,7 @@ import type { JobArrays } from "./job.ts";
 import { bytesOf } from "./layout.ts";
 import { type GpuTensor, isGpuTensor } from "./tensor.ts";
 import { gpuDebug } from "./_debug.ts";
-import type { InKernel } from "../_types.ts";
+import { type InKernel, L2NORM_EPS } from "../_types.ts";
 
 const OPTIONS_URL = new URL("./kernels/options.wgsl", import.meta.url);
 const ENTRIES = [
@@ -52,7 +52,9 @@ async function text(url: URL): Promise<string> {
 }
 
 async function compile(ctx: GpuContext): Promise<Compiled> {
-  const code = (await text(SHARED_WGSL.shared)) + "\n" + (await text(OPTIONS_URL));
+  // the eps of the in-kernel l2norm has one source, kda/_types.ts, generated in here
+  const eps = `const L2NORM_EPS: f32 = ${L2NORM_EPS.toExponential()};\n`;
+  const code = (await text(SHARED_WGSL.shared)) + "\n" + eps + (await text(OPTIONS_URL));
   const { device } = ctx;
   return await ctx.scoped("the in-kernel options' pipelines", () => {
     const module = device.createShaderModule({ label: "kda in-kernel options", code });

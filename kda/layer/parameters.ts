@@ -4,6 +4,7 @@
 
 import { CONV_WIDTH, isKimi, type KdaConfig, type KimiConfig, type LayerConfig } from "./config.ts";
 import { mulberry32, normal, subSeed } from "./_random.ts";
+import type { ComputeDType } from "../../base/dtype.ts";
 
 /** How a parameter group is initialised (docs/kda.md 2.4). */
 export type ParameterInit = "normal" | "aLog" | "bAlpha" | "ones" | "zeros";
@@ -235,5 +236,58 @@ export function initialDraw(init: ParameterInit, seed: number, name: string): ()
       return () => 1;
     case "zeros":
       return () => 0;
+  }
+}
+
+/** The largest a_log whose exp is finite in each dtype: ln of the dtype's largest value. */
+const A_LOG_LIMIT: Readonly<Record<ComputeDType, number>> = Object.freeze({
+  f64: Math.log(Number.MAX_VALUE),
+  f32: Math.log((2 - 2 ** -23) * 2 ** 127),
+});
+
+/**
+ * Throws unless every parameter is finite and the decay's a_log (the Kimi form's A_log) keeps
+ * exp(a_log) finite in the layer's dtype: one bad value would turn every output, or every
+ * gradient, into NaN.
+ *
+ * @param params The layer's groups by name.
+ * @param config The layer's config (its form names the a_log group).
+ * @param dtype The layer's dtype.
+ * @example
+ * ```ts
+ * scanParameters(new Map([["decay.a_log", { data: new Float64Array([0.5]) }]]), {
+ *   form: "kda",
+ * } as never, "f64"); // passes
+ * ```
+ */
+export function scanParameters(
+  params: ReadonlyMap<string, { readonly data: ArrayLike<number> }>,
+  config: Readonly<LayerConfig>,
+  dtype: ComputeDType,
+): void {
+  for (const [name, p] of params) {
+    const d = p.data;
+    for (let i = 0; i < d.length; i++) {
+      if (!Number.isFinite(d[i])) {
+        throw new RangeError(
+          `parameter ${name} must be finite: got ${d[i]} at index ${i} ` +
+            `(set options.checkParameters to false to skip this scan)`,
+        );
+      }
+    }
+  }
+  // exp(a_log) overflowing to Infinity still gives a finite forward (sigmoid(±Inf) is 0 or 1;
+  // the Kimi form's −e^{A_log}·softplus gives gates of −Inf, whose decay is 0), but the backward
+  // multiplies that Infinity by a zero slope: NaN gradients.
+  const [group, doc] = isKimi(config) ? ["A_log", "2.9"] : ["decay.a_log", "2.4"];
+  const aLog = params.get(group)?.data ?? [], limit = A_LOG_LIMIT[dtype];
+  for (let i = 0; i < aLog.length; i++) {
+    if (!(aLog[i] <= limit)) {
+      throw new RangeError(
+        `parameter ${group} must be at most ${limit}, where exp(${group}) stays finite in ` +
+          `${dtype}: got ${aLog[i]} at index ${i} (exp(${group}) is the decay's sharpness, ` +
+          `docs/kda.md ${doc})`,
+      );
+    }
   }
 }

@@ -17,9 +17,6 @@ export const IN_KERNEL_KEYS: readonly string[] = [
   "allowNegEigval",
 ];
 
-/** The eps added to the sum of squares by the in-kernel L2 normalisation (as fla's l2norm). */
-export const L2NORM_EPS = 1e-6;
-
 /**
  * Reads the in-kernel options of an options object whose keys were already checked.
  *

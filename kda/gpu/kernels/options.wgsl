@@ -36,7 +36,6 @@ const HAS_ALOG: u32 = 1u;
 const HAS_DTBIAS: u32 = 2u;
 const LOWER_BOUND: u32 = 4u;
 const SAVE: u32 = 8u;
-const L2NORM_EPS: f32 = 1e-6;
 
 fn stride(groups: vec3u) -> u32 {
   return groups.x * OPT_WG;

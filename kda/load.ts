@@ -1,12 +1,12 @@
-// flash-linear-attention's `KimiDeltaAttention` in this package: its constructor arguments as a
-// Kimi Linear config (docs/kda.md 2.9), and a layer from its state dict, whose names and shapes
-// the Kimi form keeps as they are.
+// Layers from files: a checkpoint of this package (loadLayer), and flash-linear-attention's
+// `KimiDeltaAttention` (its constructor arguments as a Kimi Linear config, docs/kda.md 2.9, and a
+// layer from its state dict, whose names and shapes the Kimi form keeps as they are).
 
-import { KdaModule } from "../module.ts";
-import type { KimiConfigInput } from "./config.ts";
-import { checkKnownKeys, checkObject, typeName } from "../../base/check.ts";
-import type { ComputeDType } from "../../base/dtype.ts";
-import type { ShapedArray } from "./state_dict.ts";
+import { KdaModule } from "./module.ts";
+import type { KdaConfig, KimiConfigInput } from "./layer/config.ts";
+import { checkKnownKeys, checkObject, typeName } from "../base/check.ts";
+import type { ComputeDType } from "../base/dtype.ts";
+import { readLayerCheckpoint, type ShapedArray } from "./layer/state_dict.ts";
 
 /**
  * The constructor arguments of flash-linear-attention's `KimiDeltaAttention`
@@ -189,4 +189,28 @@ export function fromFla(
     );
   }
   return KdaModule.fromStateDict(dict, config, { dtype: options.dtype });
+}
+
+/**
+ * A layer from checkpoint bytes written by {@linkcode saveLayer} (or by any tool that writes the
+ * same names, metadata and shapes). The config and dtype come from the metadata; every group must
+ * be present with the shape that config gives, and no other tensor may be. Everything is checked
+ * before the layer is built, and it is built from the file's values, with no random draw, so a
+ * small file claiming a huge config fails at once. F16 and BF16 tensors are widened exactly.
+ *
+ * @param bytes The safetensors bytes.
+ * @returns A new layer holding the checkpoint's values.
+ *
+ * @example Usage
+ * ```ts
+ * import { KdaModule, loadLayer, saveLayer } from "@deltanet/kda";
+ * const layer = new KdaModule({ dModel: 8, heads: 1, keyDim: 4, valueDim: 4, decayRank: 2 });
+ * loadLayer(saveLayer(layer)).config.dModel; // 8
+ * ```
+ */
+export function loadLayer(bytes: Uint8Array): KdaModule {
+  const { config, dtype, tensors } = readLayerCheckpoint(bytes);
+  return KdaModule.fromStateDict(tensors, config as Partial<KdaConfig> | KimiConfigInput, {
+    dtype,
+  });
 }
