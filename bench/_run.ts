@@ -1,6 +1,6 @@
 // What the gpu benchmarks share: a kernel set's forward job and the backward job on what it saved,
 // on inputs uploaded once, with every GPU resource freed on every path, so that a failing run
-// does not leak buffers into the next.
+// does not leak buffers into the next; the median of timed runs; a results file's name.
 
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
 import { getContext } from "../kda/gpu/device.ts";
@@ -94,4 +94,44 @@ export async function withGpuJobs<F, R>(
   } finally {
     releaseTensors(device, cot);
   }
+}
+
+/**
+ * The median of some numbers (the upper one of the middle two for an even count; NaN for none).
+ *
+ * @param xs The numbers.
+ * @returns Their median.
+ */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s[Math.floor(s.length / 2)];
+}
+
+/**
+ * Host wall of `run`: one warm-up run (pipelines compiled, buffers pooled), then the median of
+ * `n` timed runs, in milliseconds.
+ *
+ * @param n Timed runs.
+ * @param run The work.
+ * @returns The median wall.
+ */
+export async function timed(n: number, run: () => Promise<void>): Promise<number> {
+  await run();
+  const ms: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await run();
+    ms.push(performance.now() - t0);
+  }
+  return median(ms);
+}
+
+/**
+ * An adapter's description as a file name part ("NVIDIA H200" -> "nvidia-h200").
+ *
+ * @param text The description.
+ * @returns The slug.
+ */
+export function slug(text: string): string {
+  return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
 }

@@ -26,7 +26,7 @@ import { getContext } from "../kda/gpu/device.ts";
 import { ForwardJob } from "../kda/gpu/job.ts";
 import { type DeviceTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { mulberry32, normal } from "../kda/layer/_random.ts";
-import { uploadProblem } from "./_run.ts";
+import { median, slug, timed, uploadProblem } from "./_run.ts";
 
 const H = 16, K = 128, V = 128;
 const REPEAT = 20;
@@ -64,22 +64,6 @@ function tokens(B: number, T: number, seed: number): KdaStepToken<Float32Array> 
     g: make(B * T * H * K, () => Math.log(0.9) * rand()),
     beta: make(B * T * H, rand),
   };
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[s.length >> 1];
-}
-
-async function timed(n: number, run: () => Promise<void>): Promise<number> {
-  await run(); // warm-up: pipelines compiled, buffers pooled
-  const ms: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const t0 = performance.now();
-    await run();
-    ms.push(performance.now() - t0);
-  }
-  return median(ms);
 }
 
 /** One row of results: the tokens per second of each way, and the milliseconds behind them. */
@@ -164,10 +148,6 @@ async function benchShape(B: number, T: number): Promise<Record<string, unknown>
     } tok/s`,
   );
   return row;
-}
-
-function slug(text: string): string {
-  return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
 }
 
 async function main(): Promise<void> {

@@ -30,7 +30,7 @@ import {
 import type { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
 import type { KernelSet } from "../kda/gpu/kernel_set.ts";
 import { makePlan } from "../kda/gpu/layout.ts";
-import { withGpuJobs } from "./_run.ts";
+import { median, slug, withGpuJobs } from "./_run.ts";
 import { kda, kdaVjp } from "../kda/op/op.ts";
 import { gpuDevice, type GpuTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { gpuCreatedBytes, gpuPool } from "../kda/gpu/buffers.ts";
@@ -186,11 +186,6 @@ const CHAIN = 10;
 /** Repeats of the stages in the one submit that measures steady-state kernel time. */
 const REPEAT = 8;
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s[Math.floor(s.length / 2)];
-};
-
 async function timeRuns(
   runs: number,
   budgetMs: number,
@@ -301,10 +296,6 @@ async function onDeviceWall(
   } finally {
     releaseTensors(inputs, cotangent);
   }
-}
-
-function slug(text: string): string {
-  return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
 }
 
 const fmt = (ms: number | null | undefined) => ms == null ? "—" : ms.toFixed(ms < 10 ? 3 : 1);

@@ -13,6 +13,7 @@ import { toGpuInputs } from "../kda/op/device_inputs.ts";
 import { kernelSet, kernelSetNames } from "../kda/gpu/kernel_set.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
 import "../kda/gpu/kernels/mod.ts";
+import { timed } from "./_run.ts";
 import type { KdaProblem } from "../kda/_types.ts";
 
 interface Case {
@@ -51,22 +52,6 @@ function inputs(c: Case): KdaProblem<Float32Array> & { cuSeqlens: Int32Array } {
   };
 }
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)];
-}
-
-async function time(runs: number, fn: () => Promise<void>): Promise<number> {
-  await fn(); // compiles, fills the pool
-  const ms: number[] = [];
-  for (let i = 0; i < runs; i++) {
-    const t0 = performance.now();
-    await fn();
-    ms.push(performance.now() - t0);
-  }
-  return median(ms);
-}
-
 async function main(): Promise<void> {
   const status = await gpuStatus();
   if (!status.available) {
@@ -94,12 +79,12 @@ async function main(): Promise<void> {
         chunks: c.lengths.reduce((a, n) => a + Math.ceil(n / 64), 0),
       };
       try {
-        row.forwardMs = await time(runs, async () => {
+        row.forwardMs = await timed(runs, async () => {
           const out = await kda(device, options);
           await out.ht.read();
           releaseTensors(out);
         });
-        row.vjpMs = await time(runs, async () => {
+        row.vjpMs = await timed(runs, async () => {
           const grads = await kdaVjp(device, { dout }, options);
           await grads.dbeta.read();
           releaseTensors(grads);
