@@ -16,7 +16,7 @@ import {
   type JobArrays,
   type SavedState,
 } from "./job.ts";
-import { DeviceTensor, type GpuTensor, isGpuTensor, pinTensors } from "./tensor.ts";
+import { bufferView, DeviceTensor, type GpuTensor, isGpuTensor, pinTensors } from "./tensor.ts";
 import { glueOf } from "./glue.ts";
 import { glueIn, glueOut, type Layout, layoutFor, scratchTensor, viewDims } from "./_call_view.ts";
 import type { ReadPiece } from "./encode.ts";
@@ -273,7 +273,12 @@ export async function gpuForward<A extends GpuArray>(
     : () => {};
   let handed = false;
   try {
-    const result = await forward(set, heldArrays(x), options, unpinSaved);
+    const result = await forward(
+      set,
+      held(x, ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"]),
+      options,
+      unpinSaved,
+    );
     handed = true;
     return result;
   } finally {
@@ -282,17 +287,15 @@ export async function gpuForward<A extends GpuArray>(
   }
 }
 
-/** The problem with each live DeviceTensor replaced by a plain view of its buffer. */
-function heldArrays<A extends GpuArray>(x: KdaProblem<A>): KdaProblem<A> {
-  if (typeof x !== "object" || x === null) return x;
-  const out = { ...x } as Record<string, unknown>;
-  for (const name of ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"]) {
+/** `o` with each live DeviceTensor among the named fields replaced by a view of its buffer. */
+function held<T>(o: T, names: readonly string[]): T {
+  if (typeof o !== "object" || o === null) return o;
+  const out = { ...o } as Record<string, unknown>;
+  for (const name of names) {
     const a = out[name];
-    if (a instanceof DeviceTensor && !a.released) {
-      out[name] = { buffer: a.buffer, shape: [...a.shape], dtype: "f32" };
-    }
+    if (a instanceof DeviceTensor && !a.released) out[name] = bufferView(a);
   }
-  return out as unknown as KdaProblem<A>;
+  return out as T;
 }
 
 async function forward<A extends GpuArray>(
@@ -442,23 +445,10 @@ export async function gpuBackward<A extends GpuArray>(
   }
   const unpinCall = pinTensors([cotangents]);
   try {
-    return await backward(saved, heldCotangents(cotangents));
+    return await backward(saved, held(cotangents, ["dout", "dht"]));
   } finally {
     unpinCall();
   }
-}
-
-/** The cotangents with each live DeviceTensor replaced by a plain view of its buffer. */
-function heldCotangents<A extends GpuArray>(c: { dout: A; dht?: A }): { dout: A; dht?: A } {
-  if (typeof c !== "object" || c === null) return c;
-  const view = (a: unknown) =>
-    a instanceof DeviceTensor && !a.released
-      ? { buffer: a.buffer, shape: [...a.shape], dtype: "f32" as const }
-      : a;
-  return { ...c, dout: view(c.dout), ...(c.dht !== undefined ? { dht: view(c.dht) } : {}) } as {
-    dout: A;
-    dht?: A;
-  };
 }
 
 async function backward<A extends GpuArray>(

@@ -200,6 +200,25 @@ export class DeviceTensor implements GpuTensor {
 }
 
 /**
+ * A plain view of a tensor's buffer and shape, as a call holds what it checked: whatever the
+ * tensor object does later (a DeviceTensor released, a getter changed), the view stays.
+ *
+ * @param t A GpuTensor (a live DeviceTensor included).
+ * @returns `{ buffer, shape, dtype }`, its own copy of the shape.
+ * @example
+ * ```ts
+ * import { toGpu } from "@deltanet/kda";
+ * const t = await toGpu(new Float32Array(4), [4]);
+ * const view = bufferView(t);
+ * t.release();
+ * console.log(view.buffer.size); // 16: the view still names the buffer
+ * ```
+ */
+export function bufferView(t: GpuTensor): GpuTensor {
+  return { buffer: t.buffer, shape: [...t.shape], dtype: "f32" };
+}
+
+/**
  * Pins every unreleased DeviceTensor among the values (and among the values of each plain object
  * given) for a call: a release() meanwhile hands its buffer back only when the call unpins, after
  * it has queued the work that reads it. Call it before the call's first await.

@@ -15,7 +15,7 @@ import {
   MAX_HEAD_DIM,
 } from "../_types.ts";
 import { type ComputeDType, computeDtypeOf } from "../../base/dtype.ts";
-import { DeviceTensor, type GpuTensor, isGpuTensor } from "../gpu/tensor.ts";
+import { bufferView, DeviceTensor, type GpuTensor, isGpuTensor } from "../gpu/tensor.ts";
 import { bytesOf } from "../gpu/layout.ts";
 import { kernelSet } from "../gpu/kernel_set.ts";
 import "../gpu/kernels/mod.ts";
@@ -161,7 +161,7 @@ function checkGpuTensor(
     );
   }
   // the buffer checked is the one computed on, whatever the tensor object does later
-  return { buffer: value.buffer, shape: [...shape], dtype: "f32" };
+  return bufferView(value);
 }
 
 /** How a call's arrays are checked: host arrays of a dtype, or GpuTensors. */

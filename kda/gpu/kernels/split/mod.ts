@@ -15,6 +15,12 @@ import { CC, chunkRanges, CK, CV, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
 /** Channels per staged slice of the pairwise products. */
 const LP_BLOCK = 8;
+/**
+ * Floats of chunkPrep's two workgroup arrays (common.wgsl): `wgm` holds T (C x C at C = 64),
+ * `stage` the seven staged operands of the pairwise products (C rows x LP_BLOCK channels each).
+ */
+const SHARED_FLOATS = 2 * 2048;
+const STAGE_FLOATS = 7 * 64 * LP_BLOCK;
 /** Widest scan tile (V columns). */
 const MAX_SCAN_TILE = 32;
 /** vec4 entries of the scans' state tile (K × VT / 4) and row tile (C × VT / 4). */
@@ -206,13 +212,13 @@ export const SPLIT: KernelSet = {
   native: { groupedHeads: true, packed: true },
   workgroupSize: WORKGROUP_SIZE,
   workgroupBytes: Math.max(
-    4 * (2 * 2048 + 7 * 64 * LP_BLOCK),
+    4 * (SHARED_FLOATS + STAGE_FLOATS),
     (SCAN_STATE_VEC4 + SCAN_ROWS_VEC4) * 16,
     (TILE_A_VEC4 + TILE_B_VEC4) * 16,
   ),
   constants: {
-    SHARED: 2 * 2048,
-    STAGE: 7 * 64 * LP_BLOCK,
+    SHARED: SHARED_FLOATS,
+    STAGE: STAGE_FLOATS,
     LP_BLOCK,
     MM_SLICE,
     SCAN_STATE_VEC4,
