@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { colonOf, lengthOf, makeBatch, questionOf, TASK } from "../examples/_lm_task.ts";
 import { mulberry32 } from "./_fixtures.ts";
+import { assertWritesOnlyWithOut } from "./_example_run.ts";
 
 const example = new URL("../examples/lm.ts", import.meta.url).pathname;
 const tiny = [
@@ -18,46 +19,10 @@ const tiny = [
   "cpu,one-layer",
 ];
 
-function deno(args: string[]): Promise<Deno.CommandOutput> {
-  return new Deno.Command(Deno.execPath(), {
-    args,
-    env: { NO_COLOR: "1" },
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-}
-
 Deno.test("the lm example writes nothing without --out, and its SVG only to the --out file", async () => {
-  const plain = await deno(["run", "--no-prompt", "--allow-env", "--allow-read", example, ...tiny]);
-  const stderr = new TextDecoder().decode(plain.stderr);
-  assert.equal(plain.code, 0, stderr);
-  assert.doesNotMatch(stderr, /wrote /);
-  const stdout = new TextDecoder().decode(plain.stdout);
+  const stdout = await assertWritesOnlyWithOut(example, tiny, "lm");
   assert.match(stdout, /^2 layers, cpu arm \(f64\): 1 steps/m);
   assert.match(stdout, /^1 layer, cpu arm \(f64\): 1 steps/m);
-
-  const svg = `${Deno.env.get("TMPDIR") ?? "/tmp"}/kda-lm-${crypto.randomUUID()}.svg`;
-  try {
-    const asked = await deno([
-      "run",
-      "--no-prompt",
-      "--allow-env",
-      "--allow-read",
-      `--allow-write=${svg}`,
-      example,
-      ...tiny,
-      "--out",
-      svg,
-    ]);
-    assert.equal(asked.code, 0, new TextDecoder().decode(asked.stderr));
-    assert.match(new TextDecoder().decode(asked.stderr), /wrote /);
-    assert.match(await Deno.readTextFile(svg), /^<svg /);
-  } finally {
-    await deno([
-      "eval",
-      `try { Deno.removeSync(${JSON.stringify(svg)}); } catch { /* not written */ }`,
-    ]);
-  }
 });
 
 Deno.test("the lm task's keys share their last two tokens, so only a token four before the value tells them apart, and each query's target is its key's value", () => {
