@@ -30,6 +30,7 @@ import { mulberry32 } from "../kda/layer/_random.ts";
 import { type LmShape, TinyLm } from "./_lm_model.ts";
 import { lengthOf, makeBatch, TASK, vocabOf } from "./_lm_task.ts";
 import { chartSvg, type Curve } from "./_svg.ts";
+import { count, fmtTime, hasAdapter, schedule } from "./_run.ts";
 
 const HELP = `Usage: examples/lm.ts [flags]
   --steps N            training steps of the two-layer model on the cpu arm (default 600)
@@ -67,26 +68,6 @@ interface RunResult {
   seconds: number;
   declines: string[];
   calls: { asked: number; declined: number };
-}
-
-function count(name: string, text: string): number {
-  const n = Number(text);
-  if (!Number.isInteger(n) || n < 0) {
-    throw new RangeError(`--${name} must be a non-negative integer: got ${text}`);
-  }
-  return n;
-}
-
-function fmtTime(s: number): string {
-  return s < 60 ? `${s.toFixed(0)} s` : `${Math.floor(s / 60)} min ${(s % 60).toFixed(0)} s`;
-}
-
-/** Linear warm-up over the first 10% of steps, then cosine decay to a tenth of the peak. */
-function schedule(step: number, steps: number, peak: number): number {
-  const warm = Math.max(1, Math.round(0.1 * steps));
-  if (step < warm) return peak * (step + 1) / warm;
-  const t = (step - warm) / Math.max(1, steps - warm);
-  return peak * (0.1 + 0.45 * (1 + Math.cos(Math.PI * t)));
 }
 
 async function train(
@@ -146,16 +127,6 @@ async function train(
     declines,
     calls: { asked, declined },
   };
-}
-
-async function hasAdapter(): Promise<string | undefined> {
-  try {
-    const adapter = await navigator.gpu?.requestAdapter();
-    if (!adapter) return "no WebGPU adapter on this machine";
-  } catch (e) {
-    return `no WebGPU adapter: ${(e as Error).message}`;
-  }
-  return undefined;
 }
 
 const COLORS: Record<Run, string> = { cpu: "#1f77b4", gpu: "#d62728", "one-layer": "#7f7f7f" };

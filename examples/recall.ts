@@ -38,6 +38,7 @@ import {
   uniform,
 } from "./_recall_task.ts";
 import { chartSvg, type Curve } from "./_svg.ts";
+import { count, fmtTime, hasAdapter, schedule } from "./_run.ts";
 
 const HELP = `Usage: examples/recall.ts [flags]
   --steps N        training steps of the cpu arm (default 300)
@@ -74,26 +75,6 @@ interface RunResult {
   declines: string[];
   /** KDA op calls of the run, and how many ran another arm than the one asked. */
   calls: { asked: number; declined: number };
-}
-
-function positiveInt(name: string, text: string): number {
-  const n = Number(text);
-  if (!Number.isInteger(n) || n < 0) {
-    throw new RangeError(`--${name} must be a non-negative integer: got ${text}`);
-  }
-  return n;
-}
-
-function fmtTime(s: number): string {
-  return s < 60 ? `${s.toFixed(0)} s` : `${Math.floor(s / 60)} min ${(s % 60).toFixed(0)} s`;
-}
-
-/** Linear warm-up over the first 10% of steps, then cosine decay to a tenth of the peak. */
-function schedule(step: number, steps: number, peak: number): number {
-  const warm = Math.max(1, Math.round(0.1 * steps));
-  if (step < warm) return peak * (step + 1) / warm;
-  const t = (step - warm) / Math.max(1, steps - warm);
-  return peak * (0.1 + 0.45 * (1 + Math.cos(Math.PI * t)));
 }
 
 async function train(
@@ -178,16 +159,6 @@ async function evaluate(
   return correct / total;
 }
 
-async function hasAdapter(): Promise<string | undefined> {
-  try {
-    const adapter = await navigator.gpu?.requestAdapter();
-    if (!adapter) return "no WebGPU adapter on this machine";
-  } catch (e) {
-    return `no WebGPU adapter: ${(e as Error).message}`;
-  }
-  return undefined;
-}
-
 const COLORS: Record<Arm, string> = { cpu: "#1f77b4", gpu: "#d62728", ops: "#2ca02c" };
 
 async function main(): Promise<void> {
@@ -224,14 +195,14 @@ async function main(): Promise<void> {
     throw new RangeError(`--lr must be a positive number: got ${values.lr}`);
   }
   const steps: Record<Arm, number> = {
-    cpu: positiveInt("steps", values.steps),
-    gpu: positiveInt("gpu-steps", values["gpu-steps"]),
-    ops: positiveInt("ops-steps", values["ops-steps"]),
+    cpu: count("steps", values.steps),
+    gpu: count("gpu-steps", values["gpu-steps"]),
+    ops: count("ops-steps", values["ops-steps"]),
   };
   // every arm follows the same schedule and data, so the shorter runs are prefixes of the cpu run
   const opts = {
-    seed: positiveInt("seed", values.seed),
-    batch: Math.max(1, positiveInt("batch", values.batch)),
+    seed: count("seed", values.seed),
+    batch: Math.max(1, count("batch", values.batch)),
     lr,
     scheduleSteps: Math.max(steps.cpu, steps.gpu, steps.ops),
   };
