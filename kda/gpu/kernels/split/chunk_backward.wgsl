@@ -177,7 +177,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     workgroupBarrier();
   }
   if (pmMine) {
-    let region = select(gBase + gP(), gBase + gM(), mTile);
+    let region = select(gBase + gP(), gBase + gMX(), mTile);
     gsStoreTri(region, 4u * prq, 4u * psq, pm.t0, cv, 0u);
     if (4u * psq + 4u < cv) {
       gsStoreTri(region, 4u * prq, 4u * psq + 4u, pm.t1, cv, 0u);
@@ -323,10 +323,10 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     for (var d = 0u; d < p.K; d++) {
       dt = tileFma(dt, gsAt4(gBase + gW() + d, blk4.rows * p.K), gsAt4(gBase + gG() + d, blk4.cols * p.K));
     }
-    let mRows = vec4u(gBase + gM()) + blk4.rows * p.C;
+    let mRows = vec4u(gBase + gMX()) + blk4.rows * p.C;
     let m = mat4x4f(gsAt4(mRows.x, blk4.cols), gsAt4(mRows.y, blk4.cols), gsAt4(mRows.z, blk4.cols), gsAt4(mRows.w, blk4.cols));
     let betaC = betaAt4(aBeta(), vrow4(at, blk4.cols));
-    gsStoreTri(gBase + gT(), blk4.r, blk4.c, tileScaleCols(dt + m, betaC), cv, 1u);
+    gsStoreTri(gBase + gTL(), blk4.r, blk4.c, tileScaleCols(dt + m, betaC), cv, 1u);
   }
   // ABLATE bdT }
   // dKb = T^T dW (4 rows s x 4 channels a block; T_rs = 0 for r < s)
@@ -344,48 +344,65 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   for (var s = lid; s < cv; s += WG) {
     var acc = 0.0;
     for (var r = s; r < cv; r++) {
-      acc += tri[tbase + rT() + r * p.C + s] * gs[gBase + gM() + r * p.C + s];
+      acc += tri[tbase + rT() + r * p.C + s] * gs[gBase + gMX() + r * p.C + s];
     }
     gs[gBase + gBv() + s] = acc;
   }
   stageBarrier();
 
+  // Stage E's factors, once per (row, channel), from the gates alone: with rows in blocks of
+  // E_BLOCK, F_r = e^{G_e - G_r} to the last row e of r's block (into W: dW is spent) and
+  // A_r = e^{G_r - G_f} from its first row f. Both exponents are <= 0.
+  // ABLATE bEf {
+  for (var e = lid; e < cv * p.K; e += WG) {
+    let r = e / p.K;
+    let d = e % p.K;
+    let f = E_BLOCK * (r / E_BLOCK);
+    let eb = min(f + E_BLOCK - 1u, last);
+    gs[gBase + gW() + r * p.K + d] = decay(gateDiff(base, eb, r, d));
+    gs[gBase + gA() + r * p.K + d] = decay(gateDiff(base, r, f, d));
+  }
+  // ABLATE bEf }
+
   // Stage C, inverseBackward: X = dT T^T for a > s (T lower, dT strictly lower: b <= s; the
-  // terms past a row's own s are zeros of T). 4 rows a x 4 columns s a block
+  // terms past a row's own s are zeros of T), into MX (M is spent). 4 rows a x 4 columns s a block
   // ABLATE bC {
   for (var blk = lid; blk < nRG * nRG; blk += WG) {
     let blk4 = blockOf(blk, nRG, last);
     var xt = mat4x4f();
     for (var bb = 0u; bb <= blk4.cols.w; bb++) {
-      xt = tileFma(xt, gsAt4(gBase + gT() + bb, blk4.rows * p.C), triAt4(tbase + rT() + bb, blk4.cols * p.C));
+      xt = tileFma(xt, gsAt4(gBase + gTL() + bb, blk4.rows * p.C), triAt4(tbase + rT() + bb, blk4.cols * p.C));
     }
-    gsStoreTri(gBase + gX(), blk4.r, blk4.c, xt, cv, 1u);
+    gsStoreTri(gBase + gMX(), blk4.r, blk4.c, xt, cv, 1u);
   }
   // ABLATE bC }
   stageBarrier();
 
-  // Stage D, inverseBackward: dL = strict_lower(-T^T X); 4 rows r x 4 columns s a block
-  // (T_ar = 0 for a < r, so the sum over a starts at the block's first row)
+  // Stage D, inverseBackward: dL = strict_lower(-T^T X), into TL (dT is spent); 4 rows r x 4
+  // columns s a block (T_ar = 0 for a < r, so the sum over a starts at the block's first row)
   // ABLATE bD {
   for (var blk = lid; blk < nRG * nRG; blk += WG) {
     let blk4 = blockOf(blk, nRG, last);
     var dl = mat4x4f();
     for (var a = blk4.r; a < cv; a++) {
-      dl = tileFma(dl, triAt4(tbase + rT() + a * p.C, blk4.rows), gsAt4(gBase + gX() + a * p.C, blk4.cols));
+      dl = tileFma(dl, triAt4(tbase + rT() + a * p.C, blk4.rows), gsAt4(gBase + gMX() + a * p.C, blk4.cols));
     }
-    gsStoreTri(gBase + gL(), blk4.r, blk4.c, dl * -1.0, cv, 1u);
+    gsStoreTri(gBase + gTL(), blk4.r, blk4.c, dl * -1.0, cv, 1u);
   }
   // ABLATE bD }
   stageBarrier();
 
   // Stage E, elementwiseGrads + pairwiseGrads: the pieces of dq, dk, dG and dbeta, a block of 4
-  // rows r.. x 4 channels d.. at a time. The pairwise sums factor E through an anchor row inside
-  // the block, so that each row outside the block costs one vec4 exp for all 16 entries:
-  //   rows s < r:       E_{r_i s} = e^{G_ri - G_r} e^{G_r - G_s}          (anchor r, the first row)
-  //   rows r' > r_last: E_{r' r_i} = e^{G_r' - G_rlast} e^{G_rlast - G_ri} (anchor the last row)
-  // Every exponent is <= 0. Pairs inside the block are formed directly. The diagonal s = r has
-  // E = 1 and is added apart: its two contributions to dG (at both ends of the pair) cancel
-  // exactly and are left out.
+  // rows r.. x 4 channels d.. at a time. The pairwise sums factor each decay through anchor rows,
+  // so that no exp is left in the long loops:
+  //   rows s < r in an earlier E_BLOCK block J (last row e):  E_{r_i s} = e^{G_ri - G_r} e^{G_r - G_e} F_s
+  //   rows s < r in r's own block:                            E_{r_i s} = e^{G_ri - G_r} e^{G_r - G_s}
+  //   rows r' > r_last in r's own block:                      E_{r' r_i} = e^{G_r' - G_rlast} e^{G_rlast - G_ri}
+  //   rows r' in a later block I (first row f):               E_{r' r_i} = A_r' e^{G_f - G_rlast} e^{G_rlast - G_ri}
+  // with F and A from Stage E's factors, one exp per block J or I and the block's own rows formed
+  // directly. Every exponent is <= 0. Pairs inside the 4-row block are formed directly. The
+  // diagonal s = r has E = 1 and is added apart: its two contributions to dG (at both ends of the
+  // pair) cancel exactly and are left out.
   // ABLATE bE {
   for (var blk = lid; blk < nRG * nDG; blk += WG) {
     let blk4 = blockOf(blk, nDG, last);
@@ -394,14 +411,67 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let rc1 = blk4.rows.y;
     let rc2 = blk4.rows.z;
     let rc3 = blk4.rows.w;
+    // the E_BLOCK block of the 4 rows: its first row and the row past its end
+    let f = E_BLOCK * (r / E_BLOCK);
+    let fEnd = min(f + E_BLOCK, cv);
     let gh0 = workK4(base + wG() + r * p.K, d);
+    let gl0 = workK4(base + wGlo() + r * p.K, d);
+    let gh3 = workK4(base + wG() + rc3 * p.K, d);
+    let gl3 = workK4(base + wGlo() + rc3 * p.K, d);
+    let lReg = gBase + gTL();
+    let pReg = gBase + gP();
+
+    // row terms: sum_{s < r_i} dL_{r_i s} k_s E_{r_i s} (and the same with dP), through the
+    // anchor r; first the earlier blocks, then r's own block
+    var rl = mat4x4f();
+    var rp = mat4x4f();
+    for (var j0 = 0u; j0 < f; j0 += E_BLOCK) {
+      let jl = j0 + E_BLOCK - 1u;
+      let mid = decay4((gh0 - workK4(base + wG() + jl * p.K, d)) + (gl0 - workK4(base + wGlo() + jl * p.K, d)));
+      for (var s = j0; s <= jl; s++) {
+        let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gsK4(gBase + gW() + s * p.K, d) * mid);
+        rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
+        rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
+      }
+    }
+    for (var s = f; s < r; s++) {
+      let gs4 = workK4(base + wG() + s * p.K, d);
+      let gls4 = workK4(base + wGlo() + s * p.K, d);
+      let ks = kK4(aK() + qrow(at, s) * p.K, d) * decay4((gh0 - gs4) + (gl0 - gls4));
+      rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
+      rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
+    }
+
+    // column terms: sum_{r' > r_i} beta_r' dL_{r' r_i} k_r' E_{r' r_i} (and dP with q_r'), through
+    // the anchor r_last; first r's own block, then the later blocks
+    var cl = mat4x4f();
+    var cp = mat4x4f();
+    for (var rr = rc3 + 1u; rr < fEnd; rr++) {
+      let e = decay4(
+        (workK4(base + wG() + rr * p.K, d) - gh3) + (workK4(base + wGlo() + rr * p.K, d) - gl3),
+      );
+      let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
+      let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
+      cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
+      cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
+    }
+    for (var i0 = fEnd; i0 < cv; i0 += E_BLOCK) {
+      let mid = decay4((workK4(base + wG() + i0 * p.K, d) - gh3) + (workK4(base + wGlo() + i0 * p.K, d) - gl3));
+      let i1 = min(i0 + E_BLOCK, cv);
+      for (var rr = i0; rr < i1; rr++) {
+        let e = gsK4(gBase + gA() + rr * p.K, d) * mid;
+        let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
+        let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
+        cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
+        cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
+      }
+    }
+
+    // the block's own rows, loaded after the long loops (fewer registers held through them)
     let gh1 = workK4(base + wG() + rc1 * p.K, d);
     let gh2 = workK4(base + wG() + rc2 * p.K, d);
-    let gh3 = workK4(base + wG() + rc3 * p.K, d);
-    let gl0 = workK4(base + wGlo() + r * p.K, d);
     let gl1 = workK4(base + wGlo() + rc1 * p.K, d);
     let gl2 = workK4(base + wGlo() + rc2 * p.K, d);
-    let gl3 = workK4(base + wGlo() + rc3 * p.K, d);
     // the six pairs inside the block, e_ij = e^{G_i - G_j}, i > j
     let e10 = decay4((gh1 - gh0) + (gl1 - gl0));
     let e20 = decay4((gh2 - gh0) + (gl2 - gl0));
@@ -421,20 +491,8 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let q1 = qK4(aQ() + qrow(at, rc1) * p.K, d);
     let q2 = qK4(aQ() + qrow(at, rc2) * p.K, d);
     let q3 = qK4(aQ() + qrow(at, rc3) * p.K, d);
-    let lReg = gBase + gL();
-    let pReg = gBase + gP();
 
-    // row terms: sum_{s < r_i} dL_{r_i s} k_s E_{r_i s} (and the same with dP)
-    var rl = mat4x4f();
-    var rp = mat4x4f();
-    for (var s = 0u; s < r; s++) {
-      let gs4 = workK4(base + wG() + s * p.K, d);
-      let gls4 = workK4(base + wGlo() + s * p.K, d);
-      let ks = kK4(aK() + qrow(at, s) * p.K, d) * decay4((gh0 - gs4) + (gl0 - gls4));
-      rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
-      rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
-    }
-    // through the anchor, then the pairs inside the block (s = r, r + 1, r + 2)
+    // row terms through the anchor, then the pairs inside the block (s = r, r + 1, r + 2)
     rl[1] = e10 * rl[1] + gs[lReg + rc1 * p.C + r] * (k0 * e10);
     rp[1] = e10 * rp[1] + gs[pReg + rc1 * p.C + r] * (k0 * e10);
     rl[2] = e20 * rl[2] + gs[lReg + rc2 * p.C + r] * (k0 * e20) + gs[lReg + rc2 * p.C + rc1] * (k1 * e21);
@@ -444,18 +502,6 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     rp[3] = e30 * rp[3] + gs[pReg + rc3 * p.C + r] * (k0 * e30) + gs[pReg + rc3 * p.C + rc1] * (k1 * e31) +
       gs[pReg + rc3 * p.C + rc2] * (k2 * e32);
 
-    // column terms: sum_{r' > r_i} beta_r' dL_{r' r_i} k_r' E_{r' r_i} (and dP with q_r')
-    var cl = mat4x4f();
-    var cp = mat4x4f();
-    for (var rr = rc3 + 1u; rr < cv; rr++) {
-      let e = decay4(
-        (workK4(base + wG() + rr * p.K, d) - gh3) + (workK4(base + wGlo() + rr * p.K, d) - gl3),
-      );
-      let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
-      let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
-      cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
-      cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
-    }
     // through the anchor e^{G_last - G_ri}, then the pairs inside the block (r' <= the last row)
     let b1 = beta[aBeta() + row1];
     let b2 = beta[aBeta() + row2];

@@ -31,6 +31,8 @@ const TILE_A_VEC4 = 512;
 const TILE_B_VEC4 = 1024;
 /** Channels (or value columns) per staged slice of the output and gradient products. */
 const MM_SLICE = 16;
+/** Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). */
+const E_BLOCK = 16;
 /** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
 const GRID_X = 32768;
 
@@ -87,13 +89,17 @@ export const BW: RegionTable = {
   regions: [{ name: "DVn", size: CV }, { name: "DS", size: [[1, "K", "V"]] }],
 };
 
-/** The backward's per-chunk gradient scratch. */
+/**
+ * The backward's per-chunk gradient scratch. Three regions take a second tenant once the first
+ * is spent (chunk_backward.wgsl): W holds dW, then Stage E's factors F; TL holds dT, then dL; MX
+ * holds M, then X. A holds Stage E's other factors.
+ */
 export const GS: RegionTable = {
   prefix: "g",
   sizeFn: "gsSize",
   regions: [
-    ...ofSize(CK, "Kd", "Qg", "W", "Kb", "G"),
-    ...ofSize(CC, "P", "T", "X", "L", "M"),
+    ...ofSize(CK, "Kd", "Qg", "W", "Kb", "G", "A"),
+    ...ofSize(CC, "P", "TL", "MX"),
     { name: "Gam", size: [[1, "K"]] },
     { name: "Bv", size: [[1, "C"]] },
   ],
@@ -221,6 +227,7 @@ export const SPLIT: KernelSet = {
     STAGE: STAGE_FLOATS,
     LP_BLOCK,
     MM_SLICE,
+    E_BLOCK,
     SCAN_STATE_VEC4,
     SCAN_ROWS_VEC4,
     TILE_A_VEC4,
@@ -385,7 +392,7 @@ export const SPLIT: KernelSet = {
           "dqh",
           "dkh",
         ],
-        sections: ["bdT", "bKb", "bC", "bD", "bE", "bF"],
+        sections: ["bdT", "bKb", "bEf", "bC", "bD", "bE", "bF"],
       },
       { entry: "groupSums", grid: sumGrid, uses: ["dq", "dk", "dqh", "dkh"], when: grouped },
     ],
