@@ -11,67 +11,6 @@
 
 // ---- the V side ----
 
-// The staged operands of Stage A, one tileA or tileB entry each (tileA: four rows of column
-// j0 + e % MM_SLICE; tileB: four channels of row j0 + e / KQ of a [V, K] state block), zero past
-// the valid rows, the V columns or the slice.
-fn vnSliceEntry(sBlock: u32, j0: u32, e: u32, cv: u32) -> vec4f {
-  let j = j0 + e % MM_SLICE;
-  let rows = 4u * (e / MM_SLICE) + vec4u(0u, 1u, 2u, 3u);
-  if (j >= p.V) {
-    return vec4f(0.0);
-  }
-  return select(vec4f(0.0), statesAt4(sBlock + sVn() + j, min(rows, vec4u(cv - 1u)) * p.V), rows < vec4u(cv));
-}
-
-fn doutSliceEntry(at: ChunkAt, j0: u32, e: u32, cv: u32) -> vec4f {
-  let j = j0 + e % MM_SLICE;
-  let rows = 4u * (e / MM_SLICE) + vec4u(0u, 1u, 2u, 3u);
-  if (j >= p.V) {
-    return vec4f(0.0);
-  }
-  let clamped = min(rows, vec4u(cv - 1u));
-  return select(vec4f(0.0), doutAt4(j, vec4u(aDout()) + vrow4(at, clamped) * p.V), rows < vec4u(cv));
-}
-
-fn dvnSliceEntry(bBase: u32, j0: u32, e: u32, cv: u32) -> vec4f {
-  let j = j0 + e % MM_SLICE;
-  let rows = 4u * (e / MM_SLICE) + vec4u(0u, 1u, 2u, 3u);
-  if (j >= p.V) {
-    return vec4f(0.0);
-  }
-  return select(vec4f(0.0), bwAt4(bBase + bDVn() + j, min(rows, vec4u(cv - 1u)) * p.V), rows < vec4u(cv));
-}
-
-fn vSliceEntry(at: ChunkAt, j0: u32, e: u32, cv: u32) -> vec4f {
-  let j = j0 + e % MM_SLICE;
-  let rows = 4u * (e / MM_SLICE) + vec4u(0u, 1u, 2u, 3u);
-  if (j >= p.V) {
-    return vec4f(0.0);
-  }
-  let clamped = min(rows, vec4u(cv - 1u));
-  return select(vec4f(0.0), vAt4(j, vec4u(aV()) + vrow4(at, clamped) * p.V), rows < vec4u(cv));
-}
-
-// tileB entry e of a slice of a [V, K] block at `region`: dS' (fromBw) or S
-fn stateRowsEntry(region: u32, j0: u32, e: u32, KQ: u32, fromBw: bool) -> vec4f {
-  let j = j0 + e / KQ;
-  if (e >= MM_SLICE * KQ || j >= p.V) {
-    return vec4f(0.0);
-  }
-  if (fromBw) {
-    return bwK4(region + j * p.K, 4u * (e % KQ));
-  }
-  return statesK4(region + j * p.K, 4u * (e % KQ));
-}
-
-// An invocation's up to four tileB entries e = lid + i WG of nB
-fn storeSliceB(b0: vec4f, b1: vec4f, b2: vec4f, b3: vec4f, lid: u32, nB: u32) {
-  tileB[lid] = b0;
-  if (lid + WG < nB) { tileB[lid + WG] = b1; }
-  if (lid + 2u * WG < nB) { tileB[lid + 2u * WG] = b2; }
-  if (lid + 3u * WG < nB) { tileB[lid + 3u * WG] = b3; }
-}
-
 @compute @workgroup_size(256)
 fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let c = chunkIndex(wg);
@@ -97,37 +36,40 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
 
   // Stage A, the sums over V of stateScanBackward, chunkOutputBackward, newValuesBackward and
   // wyBackward: dKd = Vn dS'^T, dQg = scale dO S^T, dW = -dVn S^T (4 rows x 4 channels a block)
+  let lanes = vec4u(0u, 1u, 2u, 3u);
+  let rowsOk = vec4u(cv);
   // ABLATE bA {
   // as tiled products (common.wgsl) over slices of the V columns: first dKd = Vn dS'^T, then
-  // dQg = dO S^T and dW = -dVn S^T, which share S^T; tiles of 4 rows x 8 channels. Each slice's
-  // operands are loaded into registers while the slice before is multiplied (one staged entry
-  // of tileA and up to four of tileB an invocation: MM_SLICE x C / 4 = WG, K <= 256).
+  // dQg = dO S^T and dW = -dVn S^T, which share S^T; tiles of 4 rows x 8 channels
   let KQ = (p.K + 3u) / 4u;
   let nD8 = (p.K + 7u) / 8u;
-  let nB = MM_SLICE * KQ;
   for (var turn = 0u; turn * WG < nRG * nD8; turn++) {
     let blk = lid + turn * WG;
     let mine = blk < nRG * nD8;
     let rq = blk / nD8;
     let dq = 2u * (blk % nD8);
     var kd = Tile8(mat4x4f(), mat4x4f());
-    var a0 = vnSliceEntry(sBlock, 0u, lid, cv);
-    var b0 = stateRowsEntry(bBase + bDS(), 0u, lid, KQ, true);
-    var b1 = stateRowsEntry(bBase + bDS(), 0u, lid + WG, KQ, true);
-    var b2 = stateRowsEntry(bBase + bDS(), 0u, lid + 2u * WG, KQ, true);
-    var b3 = stateRowsEntry(bBase + bDS(), 0u, lid + 3u * WG, KQ, true);
     for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
-      tileA[(lid % MM_SLICE) * 16u + lid / MM_SLICE] = a0;
-      storeSliceB(b0, b1, b2, b3, lid, nB);
-      workgroupBarrier();
-      let j1 = j0 + MM_SLICE;
-      if (j1 < p.V) {
-        a0 = vnSliceEntry(sBlock, j1, lid, cv);
-        b0 = stateRowsEntry(bBase + bDS(), j1, lid, KQ, true);
-        b1 = stateRowsEntry(bBase + bDS(), j1, lid + WG, KQ, true);
-        b2 = stateRowsEntry(bBase + bDS(), j1, lid + 2u * WG, KQ, true);
-        b3 = stateRowsEntry(bBase + bDS(), j1, lid + 3u * WG, KQ, true);
+      // neighbouring invocations read neighbouring columns (coalesced), and store transposed
+      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+        let jj = e % MM_SLICE;
+        let j = j0 + jj;
+        let rows = 4u * (e / MM_SLICE) + lanes;
+        var value = vec4f(0.0);
+        if (j < p.V) {
+          value = select(vec4f(0.0), statesAt4(sBlock + sVn() + j, min(rows, vec4u(last)) * p.V), rows < rowsOk);
+        }
+        tileA[jj * 16u + e / MM_SLICE] = value;
       }
+      for (var e = lid; e < MM_SLICE * KQ; e += WG) {
+        let j = j0 + e / KQ;
+        var value = vec4f(0.0);
+        if (j < p.V) {
+          value = bwK4(bBase + bDS() + j * p.K, 4u * (e % KQ));
+        }
+        tileB[e] = value;
+      }
+      workgroupBarrier();
       if (mine) {
         kd = mmSlice(kd, 0u, rq, dq, KQ, min(MM_SLICE, p.V - j0));
       }
@@ -135,27 +77,30 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     }
     var qg = Tile8(mat4x4f(), mat4x4f());
     var dw = Tile8(mat4x4f(), mat4x4f());
-    var o0 = doutSliceEntry(at, 0u, lid, cv);
-    var n0 = dvnSliceEntry(bBase, 0u, lid, cv);
-    b0 = stateRowsEntry(sBase, 0u, lid, KQ, false);
-    b1 = stateRowsEntry(sBase, 0u, lid + WG, KQ, false);
-    b2 = stateRowsEntry(sBase, 0u, lid + 2u * WG, KQ, false);
-    b3 = stateRowsEntry(sBase, 0u, lid + 3u * WG, KQ, false);
     for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
-      let at4 = (lid % MM_SLICE) * 16u + lid / MM_SLICE;
-      tileA[at4] = o0;
-      tileA[MM_SLICE * 16u + at4] = n0;
-      storeSliceB(b0, b1, b2, b3, lid, nB);
-      workgroupBarrier();
-      let j1 = j0 + MM_SLICE;
-      if (j1 < p.V) {
-        o0 = doutSliceEntry(at, j1, lid, cv);
-        n0 = dvnSliceEntry(bBase, j1, lid, cv);
-        b0 = stateRowsEntry(sBase, j1, lid, KQ, false);
-        b1 = stateRowsEntry(sBase, j1, lid + WG, KQ, false);
-        b2 = stateRowsEntry(sBase, j1, lid + 2u * WG, KQ, false);
-        b3 = stateRowsEntry(sBase, j1, lid + 3u * WG, KQ, false);
+      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+        let jj = e % MM_SLICE;
+        let j = j0 + jj;
+        let rows = 4u * (e / MM_SLICE) + lanes;
+        let clamped = min(rows, vec4u(last));
+        var dO = vec4f(0.0);
+        var dvn = vec4f(0.0);
+        if (j < p.V) {
+          dO = select(vec4f(0.0), doutAt4(j, vec4u(aDout()) + vrow4(at, clamped) * p.V), rows < rowsOk);
+          dvn = select(vec4f(0.0), bwAt4(bBase + bDVn() + j, clamped * p.V), rows < rowsOk);
+        }
+        tileA[jj * 16u + e / MM_SLICE] = dO;
+        tileA[MM_SLICE * 16u + jj * 16u + e / MM_SLICE] = dvn;
       }
+      for (var e = lid; e < MM_SLICE * KQ; e += WG) {
+        let j = j0 + e / KQ;
+        var value = vec4f(0.0);
+        if (j < p.V) {
+          value = statesK4(sBase + j * p.K, 4u * (e % KQ));
+        }
+        tileB[e] = value;
+      }
+      workgroupBarrier();
       if (mine) {
         let n = min(MM_SLICE, p.V - j0);
         qg = mmSlice(qg, 0u, rq, dq, KQ, n);
@@ -202,25 +147,29 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   let prq = tile / nS8;
   let psq = 2u * (tile % nS8);
   var pm = Tile8(mat4x4f(), mat4x4f());
-  // each slice's four operands loaded while the slice before is multiplied, as in Stage A
-  var o0 = doutSliceEntry(at, 0u, lid, cv);
-  var n0 = dvnSliceEntry(bBase, 0u, lid, cv);
-  var vn0 = vnSliceEntry(sBlock, 0u, lid, cv);
-  var v0 = vSliceEntry(at, 0u, lid, cv);
-  let at4 = (lid % MM_SLICE) * 16u + lid / MM_SLICE;
   for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
-    tileA[at4] = o0;
-    tileA[MM_SLICE * 16u + at4] = n0;
-    tileB[at4] = vn0;
-    tileB[MM_SLICE * 16u + at4] = v0;
-    workgroupBarrier();
-    let j1 = j0 + MM_SLICE;
-    if (j1 < p.V) {
-      o0 = doutSliceEntry(at, j1, lid, cv);
-      n0 = dvnSliceEntry(bBase, j1, lid, cv);
-      vn0 = vnSliceEntry(sBlock, j1, lid, cv);
-      v0 = vSliceEntry(at, j1, lid, cv);
+    for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+      let jj = e % MM_SLICE;
+      let j = j0 + jj;
+      let rows = 4u * (e / MM_SLICE) + lanes;
+      let clamped = min(rows, vec4u(last));
+      var dO = vec4f(0.0);
+      var dvn = vec4f(0.0);
+      var vn = vec4f(0.0);
+      var vv = vec4f(0.0);
+      if (j < p.V) {
+        dO = select(vec4f(0.0), doutAt4(j, vec4u(aDout()) + vrow4(at, clamped) * p.V), rows < rowsOk);
+        dvn = select(vec4f(0.0), bwAt4(bBase + bDVn() + j, clamped * p.V), rows < rowsOk);
+        vn = select(vec4f(0.0), statesAt4(sBlock + sVn() + j, clamped * p.V), rows < rowsOk);
+        vv = select(vec4f(0.0), vAt4(j, vec4u(aV()) + vrow4(at, clamped) * p.V), rows < rowsOk);
+      }
+      let at4 = jj * 16u + e / MM_SLICE;
+      tileA[at4] = dO;
+      tileA[MM_SLICE * 16u + at4] = dvn;
+      tileB[at4] = vn;
+      tileB[MM_SLICE * 16u + at4] = vv;
     }
+    workgroupBarrier();
     if (pmMine) {
       let n = min(MM_SLICE, p.V - j0);
       pm = mmSliceAt(pm, select(0u, 1u, mTile), select(0u, MM_SLICE * 16u, mTile), prq, psq, 16u, n);
