@@ -281,9 +281,9 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 // A chunk's operands (rows of W, Kd, ...) reach the products through workgroup memory in slabs of
 // SCAN_SLAB_VEC4 vec4s, one vec4 per invocation, loaded as neighbouring 16-byte words. The slabs of
 // all chunks form one stream, double-buffered: while the workgroup computes on slab g, each
-// invocation's load of slab g + 1 is in flight in a register, so the memory latency is paid under
-// the arithmetic and not once per loop iteration, and one barrier a slab both publishes a slab and
-// frees the buffer of the one before. The state and row tiles are written where a barrier has
+// invocation's loads of slabs g + 1 and g + 2 are in flight in registers, so the memory latency is
+// paid under the arithmetic and not once per loop iteration, and one barrier a slab both publishes
+// a slab and frees the buffer of the one before. The state and row tiles are written where a barrier has
 // passed since their last reads (see each scan), so a chunk costs no barriers but its slabs'.
 //
 // scanMem: [0, SCAN_STATE_VEC4) the state tile (K x ng, row d at d ng), then the row tile (C x ng),
@@ -502,14 +502,22 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   if (n1 > n0) {
     steps = n1 - n0;
   }
+  // m >= 2 slabs a chunk (one of W and one of Kd at least)
   let m = sl.nD + sl.nR;
   var next = vec4f(0.0);
+  var after = vec4f(0.0);
   if (steps > 0u) {
-    next = forwardSlabLoad(sl, scanChunk(at, n0), 0u, lid);
+    let ch = scanChunk(at, n0);
+    next = forwardSlabLoad(sl, ch, 0u, lid);
+    after = forwardSlabLoad(sl, ch, 1u, lid);
   }
   var g = 0u;
   for (var t = 0u; t < steps; t++) {
     let ch = scanChunk(at, n0 + t);
+    var later = ch;
+    if (t + 1u < steps) {
+      later = scanChunk(at, n0 + t + 1u);
+    }
     let base = ch.wid * workSize();
     let sBlock = ch.wid * stateSize();
     let gam = workK4(base + wGam(), at.d.x);
@@ -542,11 +550,12 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
           statesStoreCols(sBlock + sVn() + at.rb * p.V, at.j, vb);
         }
       }
-      // the next slab of the stream, in flight through the barrier and this slab's products
-      if (i + 1u < m) {
-        next = forwardSlabLoad(sl, ch, i + 1u, lid);
+      // the slab two ahead in the stream, in flight through two barriers and slabs' products
+      next = after;
+      if (i + 2u < m) {
+        after = forwardSlabLoad(sl, ch, i + 2u, lid);
       } else if (t + 1u < steps) {
-        next = forwardSlabLoad(sl, scanChunk(at, n0 + t + 1u), 0u, lid);
+        after = forwardSlabLoad(sl, later, i + 2u - m, lid);
       }
       workgroupBarrier();
       if (i < sl.nD) {

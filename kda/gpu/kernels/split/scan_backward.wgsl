@@ -114,14 +114,17 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
   if (n1 > n0) {
     steps = n1 - n0;
   }
+  // m >= 4 slabs a chunk (one of each operand at least)
   let m = sl.nP + sl.nD + 2u * sl.nR;
   let tileEntries = p.C * at.ng;
   var next = vec4f(0.0);
+  var after = vec4f(0.0);
   var dO0 = vec4f(0.0);
   var dO1 = vec4f(0.0);
   if (steps > 0u) {
     let ch = scanChunk(at, n1 - 1u);
     next = backwardSlabLoad(sl, ch, 0u, lid);
+    after = backwardSlabLoad(sl, ch, 1u, lid);
     dO0 = doutTileLoad(at, ch, lid);
     dO1 = doutTileLoad(at, ch, lid + WG);
   }
@@ -129,6 +132,10 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
   for (var t = 0u; t < steps; t++) {
     let n = n1 - 1u - t;
     let ch = scanChunk(at, n);
+    var later = ch;
+    if (t + 1u < steps) {
+      later = scanChunk(at, n - 1u);
+    }
     let base = ch.wid * workSize();
     let bBase = ch.wid * bwSize();
     let gam = workK4(base + wGam(), at.d.x);
@@ -162,15 +169,17 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
           bwStoreCols(bBase + bDVn() + at.rb * p.V, at.j, dv.b);
         }
       }
-      // the next slab of the stream (and the next chunk's dO), in flight through the barrier and
-      // this slab's products
-      if (i + 1u < m) {
-        next = backwardSlabLoad(sl, ch, i + 1u, lid);
+      // the slab two ahead in the stream (and, from the chunk's last two, the next chunk's dO;
+      // this one's is written), in flight through two barriers and slabs' products
+      next = after;
+      if (i + 2u < m) {
+        after = backwardSlabLoad(sl, ch, i + 2u, lid);
       } else if (t + 1u < steps) {
-        let later = scanChunk(at, n - 1u);
-        next = backwardSlabLoad(sl, later, 0u, lid);
-        dO0 = doutTileLoad(at, later, lid);
-        dO1 = doutTileLoad(at, later, lid + WG);
+        after = backwardSlabLoad(sl, later, i + 2u - m, lid);
+        if (i + 2u == m) {
+          dO0 = doutTileLoad(at, later, lid);
+          dO1 = doutTileLoad(at, later, lid + WG);
+        }
       }
       workgroupBarrier();
       if (i < sl.nP) {
