@@ -273,26 +273,40 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 // ---- stateScan: sequential over a sequence's chunks, one workgroup per (V tile, head, sequence) ----
 //
 // The VT columns of a tile form ng = VT / 4 vec4 column groups. Invocation lid owns column group
-// cg = lid % ng and rows r0 + i * rstep (rstep = 256 / ng): four vec4 entries of the K x VT state,
-// held in registers across the whole scan, and two of the C x VT row tile (Vn). Each chunk's state
-// is published to workgroup memory for the sums over d. The dispatches of one scan cover chunk
-// ranges [n0, n1) of every sequence (llvmpipe's loop budget), the state carried between them in
-// ht, which the last one leaves final.
+// cg = lid % ng and the four consecutive state rows 4 dq.. (dq = lid / ng): one 4 x 4 block of the
+// K x VT state, held in registers across the whole scan, and two rows ra, rb of the C x VT row tile
+// (Vn). The dispatches of one scan cover chunk ranges [n0, n1) of every sequence (llvmpipe's loop
+// budget), the state carried between them in ht, which the last one leaves final.
+//
+// A chunk's operands (rows of W, Kd, ...) reach the products through workgroup memory in slabs of
+// SCAN_SLAB_VEC4 vec4s, one vec4 per invocation, loaded as neighbouring 16-byte words. The slabs of
+// all chunks form one stream, double-buffered: while the workgroup computes on slab g, each
+// invocation's loads of slabs g + 1 and g + 2 are in flight in registers, so the memory latency is
+// paid under the arithmetic and not once per loop iteration, and one barrier a slab both publishes
+// a slab and frees the buffer of the one before. The state and row tiles are written where a barrier has
+// passed since their last reads (see each scan), so a chunk costs no barriers but its slabs'.
+//
+// scanMem: [0, SCAN_STATE_VEC4) the state tile (K x ng, row d at d ng), then the row tile (C x ng),
+// then the two slab buffers.
 
-var<workgroup> scanState: array<vec4f, SCAN_STATE_VEC4>; // K x ng
-var<workgroup> scanRows: array<vec4f, SCAN_ROWS_VEC4>; // C x ng
+var<workgroup> scanMem: array<vec4f, SCAN_VEC4>;
 
-// Where a scan invocation works: its (sequence, head) pair, the first of its four columns, its
-// column group of ng, its four state rows (and those clamped to K - 1 for reads), its two row-tile
-// rows, and its sequence.
+const SCAN_ROWS_AT: u32 = SCAN_STATE_VEC4;
+const SCAN_SLAB_AT: u32 = SCAN_STATE_VEC4 + SCAN_ROWS_VEC4;
+
+// Where a scan invocation works: its (sequence, head) pair, the tile's first column and its own,
+// its column group of ng, its state rows 4 dq.. (and dq clamped to the last vec4 of K for reads),
+// its two row-tile rows, and its sequence.
 struct ScanAt {
   bh: u32,
   h: u32,
+  j0: u32,
   j: u32,
   cg: u32,
   ng: u32,
+  dq: u32,
+  dqC: u32,
   d: vec4u,
-  dc: vec4u,
   ra: u32,
   rb: u32,
   seq: SeqAt,
@@ -301,12 +315,25 @@ struct ScanAt {
 fn scanAt(wg: vec3u, lid: u32) -> ScanAt {
   let ng = p.VT / 4u;
   let cg = lid % ng;
-  let rstep = WG / ng;
   let r0 = lid / ng;
-  let d = vec4u(r0) + rstep * vec4u(0u, 1u, 2u, 3u);
   let h = wg.y;
   let s = wg.z;
-  return ScanAt(s * p.H + h, h, wg.x * p.VT + 4u * cg, cg, ng, d, min(d, vec4u(p.K - 1u)), r0, r0 + rstep, seqOf(s));
+  let j0 = wg.x * p.VT;
+  let k4 = (p.K + 3u) / 4u;
+  return ScanAt(
+    s * p.H + h,
+    h,
+    j0,
+    j0 + 4u * cg,
+    cg,
+    ng,
+    r0,
+    min(r0, k4 - 1u),
+    vec4u(4u * r0) + vec4u(0u, 1u, 2u, 3u),
+    r0,
+    r0 + WG / ng,
+    seqOf(s),
+  );
 }
 
 // Chunk n of the scan's sequence: its work and states blocks, its valid rows, and the invocation's
@@ -324,16 +351,108 @@ fn scanChunk(at: ScanAt, n: u32) -> ScanChunk {
   return ScanChunk(ch.wid, ch.t0, ch.cv, min(at.ra, ch.cv - 1u), min(at.rb, ch.cv - 1u));
 }
 
-fn slot(at: ScanAt, r: u32) -> u32 {
-  return r * at.ng + at.cg;
+// The slabs of a chunk. A d-slab holds channels 4 q0.. (dw4 vec4s) of all C rows of a C x K
+// operand, row r at r dw4; an r-slab holds rk whole rows (k4 vec4s each) from row i rk; a P slab
+// (backward) holds qp groups of four rows of P transposed: group q, column r at (q - q0) C + r is
+// P[4q.., r].
+struct ScanSlabs {
+  k4: u32,
+  dw4: u32,
+  nD: u32,
+  rk: u32,
+  nR: u32,
+  qp: u32,
+  nP: u32,
 }
 
-// Publishes the state tile to workgroup memory for the row tiles' sums over d.
-fn publishState(at: ScanAt, s: mat4x4f) {
-  if (at.d.x < p.K) { scanState[at.d.x * at.ng + at.cg] = s[0]; }
-  if (at.d.y < p.K) { scanState[at.d.y * at.ng + at.cg] = s[1]; }
-  if (at.d.z < p.K) { scanState[at.d.z * at.ng + at.cg] = s[2]; }
-  if (at.d.w < p.K) { scanState[at.d.w * at.ng + at.cg] = s[3]; }
+fn scanSlabs() -> ScanSlabs {
+  let k4 = (p.K + 3u) / 4u;
+  let dw4 = SCAN_SLAB_VEC4 / p.C;
+  let rk = max(1u, min(SCAN_SLAB_VEC4 / k4, p.C));
+  let qp = SCAN_SLAB_VEC4 / p.C;
+  let c4 = p.C / 4u;
+  return ScanSlabs(k4, dw4, (k4 + dw4 - 1u) / dw4, rk, (p.C + rk - 1u) / rk, qp, (c4 + qp - 1u) / qp);
+}
+
+// This invocation's vec4 of d-slab i of the C x K operand whose row 0 is at `rows` (zero past cv
+// and past K).
+fn dSlabLoad(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> vec4f {
+  let r = lid / sl.dw4;
+  if (r >= cv) {
+    return vec4f(0.0);
+  }
+  return workK4(rows + r * p.K, 4u * (i * sl.dw4 + lid % sl.dw4));
+}
+
+// This invocation's vec4 of r-slab i (zero past cv and past K).
+fn rSlabLoad(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> vec4f {
+  let r = i * sl.rk + lid / sl.k4;
+  if (lid >= sl.rk * sl.k4 || r >= cv) {
+    return vec4f(0.0);
+  }
+  return workK4(rows + r * p.K, 4u * (lid % sl.k4));
+}
+
+// Rows ra and rb of a row tile: two vec4s.
+struct ScanRows {
+  a: vec4f,
+  b: vec4f,
+}
+
+// acc + the d-slab's part of (operand x state tile) for rows ra and rb: each row sums its channels
+// in ascending order across the slabs.
+fn dSlabProduct(at: ScanAt, sl: ScanSlabs, slab: u32, i: u32, ch: ScanChunk, acc: ScanRows) -> ScanRows {
+  let q0 = i * sl.dw4;
+  let n = min(sl.dw4, sl.k4 - q0);
+  let rowA = slab + ch.raC * sl.dw4;
+  let rowB = slab + ch.rbC * sl.dw4;
+  var a = acc.a;
+  var b = acc.b;
+  for (var q = 0u; q < n; q++) {
+    let wa = scanMem[rowA + q];
+    let wb = scanMem[rowB + q];
+    let z = 4u * (q0 + q) * at.ng + at.cg;
+    let s0 = scanMem[z];
+    let s1 = scanMem[z + at.ng];
+    let s2 = scanMem[z + 2u * at.ng];
+    let s3 = scanMem[z + 3u * at.ng];
+    a = fma(vec4f(wa.x), s0, a);
+    b = fma(vec4f(wb.x), s0, b);
+    a = fma(vec4f(wa.y), s1, a);
+    b = fma(vec4f(wb.y), s1, b);
+    a = fma(vec4f(wa.z), s2, a);
+    b = fma(vec4f(wb.z), s2, b);
+    a = fma(vec4f(wa.w), s3, a);
+    b = fma(vec4f(wb.w), s3, b);
+  }
+  return ScanRows(a, b);
+}
+
+// st + the r-slab's part of (operand^T x the row tile at `tile`): each state entry sums the rows in
+// ascending order across the slabs; rows past cv are not read.
+fn rSlabProduct(at: ScanAt, sl: ScanSlabs, slab: u32, tile: u32, i: u32, cv: u32, st: mat4x4f) -> mat4x4f {
+  let r0 = i * sl.rk;
+  var n = 0u;
+  if (r0 < cv) {
+    n = min(sl.rk, cv - r0);
+  }
+  var s = st;
+  for (var r = 0u; r < n; r++) {
+    s = tileFma(s, scanMem[slab + r * sl.k4 + at.dqC], scanMem[tile + (r0 + r) * at.ng + at.cg]);
+  }
+  return s;
+}
+
+// Publishes the state block to the state tile (rows past K as zeros).
+fn publishState(at: ScanAt, sl: ScanSlabs, s: mat4x4f) {
+  if (at.dq < sl.k4) {
+    let z = at.d.x * at.ng + at.cg;
+    let keep = at.d < vec4u(p.K);
+    scanMem[z] = select(vec4f(0.0), s[0], keep.x);
+    scanMem[z + at.ng] = select(vec4f(0.0), s[1], keep.y);
+    scanMem[z + 2u * at.ng] = select(vec4f(0.0), s[2], keep.z);
+    scanMem[z + 3u * at.ng] = select(vec4f(0.0), s[3], keep.w);
+  }
 }
 
 // One state row at the start of a forward scan dispatch: the carry in ht, else h0 or zero.
@@ -351,9 +470,24 @@ fn forwardStartRow(at: ScanAt, d: u32, fromFirst: bool, hasH0: bool) -> vec4f {
   return h0Cols(aH0() + row, at.j);
 }
 
+// Slab i of a forward chunk: the d-slabs of W, then the r-slabs of Kd.
+fn forwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
+  let base = ch.wid * workSize();
+  if (i < sl.nD) {
+    return dSlabLoad(sl, base + wW(), ch.cv, i, lid);
+  }
+  return rSlabLoad(sl, base + wKd(), ch.cv, i - sl.nD, lid);
+}
+
+// newValues and stateScan per chunk: Vn = U - W S over the W slabs (S in the state tile), then
+// S' = diag(gamma_C) S + Kd^T Vn over the Kd slabs (Vn in the row tile). The chunk-start state is
+// published with the first W slab (the state tile was last read by the previous chunk's W slabs,
+// a Kd slab's barrier ago), Vn with the first Kd slab (the row tile was last read by the previous
+// chunk's Kd slabs, this chunk's W slabs ago).
 @compute @workgroup_size(256)
 fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let at = scanAt(wg, lid);
+  let sl = scanSlabs();
   let hasH0 = (p.flags & HAS_H0) != 0u;
   let first = range.n0 == 0u;
   var st = mat4x4f(
@@ -362,48 +496,78 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     forwardStartRow(at, at.d.z, first, hasH0),
     forwardStartRow(at, at.d.w, first, hasH0),
   );
+  let n0 = range.n0;
   let n1 = min(range.n1, at.seq.count);
-  for (var n = range.n0; n < n1; n++) {
-    let ch = scanChunk(at, n);
+  var steps = 0u;
+  if (n1 > n0) {
+    steps = n1 - n0;
+  }
+  // m >= 2 slabs a chunk (one of W and one of Kd at least)
+  let m = sl.nD + sl.nR;
+  var next = vec4f(0.0);
+  var after = vec4f(0.0);
+  if (steps > 0u) {
+    let ch = scanChunk(at, n0);
+    next = forwardSlabLoad(sl, ch, 0u, lid);
+    after = forwardSlabLoad(sl, ch, 1u, lid);
+  }
+  var g = 0u;
+  for (var t = 0u; t < steps; t++) {
+    let ch = scanChunk(at, n0 + t);
+    var later = ch;
+    if (t + 1u < steps) {
+      later = scanChunk(at, n0 + t + 1u);
+    }
     let base = ch.wid * workSize();
     let sBlock = ch.wid * stateSize();
-    // publish the chunk-start state and save it (transposed: the output and the backward read it
-    // with lanes along K)
-    publishState(at, st);
-    let sBase = sBlock + sS();
-    if (at.d.x < p.K) { statesStoreT(sBase, at.d.x, at.j, st[0]); }
-    if (at.d.y < p.K) { statesStoreT(sBase, at.d.y, at.j, st[1]); }
-    if (at.d.z < p.K) { statesStoreT(sBase, at.d.z, at.j, st[2]); }
-    if (at.d.w < p.K) { statesStoreT(sBase, at.d.w, at.j, st[3]); }
-    workgroupBarrier();
-    // newValues: Vn = U - W S, one pass over d
-    var wa = vec4f(0.0);
-    var wb = vec4f(0.0);
-    let wRowA = base + wW() + ch.raC * p.K;
-    let wRowB = base + wW() + ch.rbC * p.K;
-    for (var d = 0u; d < p.K; d++) {
-      let s = scanState[slot(at, d)];
-      wa = fma(vec4f(work[wRowA + d]), s, wa);
-      wb = fma(vec4f(work[wRowB + d]), s, wb);
+    let gam = workK4(base + wGam(), at.d.x);
+    let ua = workCols(base + wU() + ch.raC * p.V, at.j);
+    let ub = workCols(base + wU() + ch.rbC * p.V, at.j);
+    var w = ScanRows(vec4f(0.0), vec4f(0.0));
+    for (var i = 0u; i < m; i++) {
+      let slab = SCAN_SLAB_AT + (g % 2u) * SCAN_SLAB_VEC4;
+      scanMem[slab + lid] = next;
+      if (i == 0u) {
+        // the chunk-start state, also saved transposed ([V, K]: the output and the backward read
+        // it with lanes along K), four channels a store
+        publishState(at, sl, st);
+        let tt = transpose(st);
+        let sBase = sBlock + sS();
+        if (at.j < p.V) { statesStoreK(sBase + at.j * p.K, at.d.x, tt[0]); }
+        if (at.j + 1u < p.V) { statesStoreK(sBase + (at.j + 1u) * p.K, at.d.x, tt[1]); }
+        if (at.j + 2u < p.V) { statesStoreK(sBase + (at.j + 2u) * p.K, at.d.x, tt[2]); }
+        if (at.j + 3u < p.V) { statesStoreK(sBase + (at.j + 3u) * p.K, at.d.x, tt[3]); }
+      }
+      if (i == sl.nD) {
+        let va = ua - w.a;
+        let vb = ub - w.b;
+        if (at.ra < ch.cv) {
+          scanMem[SCAN_ROWS_AT + at.ra * at.ng + at.cg] = va;
+          statesStoreCols(sBlock + sVn() + at.ra * p.V, at.j, va);
+        }
+        if (at.rb < ch.cv) {
+          scanMem[SCAN_ROWS_AT + at.rb * at.ng + at.cg] = vb;
+          statesStoreCols(sBlock + sVn() + at.rb * p.V, at.j, vb);
+        }
+      }
+      // the slab two ahead in the stream, in flight through two barriers and slabs' products
+      next = after;
+      if (i + 2u < m) {
+        after = forwardSlabLoad(sl, ch, i + 2u, lid);
+      } else if (t + 1u < steps) {
+        after = forwardSlabLoad(sl, later, i + 2u - m, lid);
+      }
+      workgroupBarrier();
+      if (i < sl.nD) {
+        w = dSlabProduct(at, sl, slab, i, ch, w);
+      } else {
+        if (i == sl.nD) {
+          st = tileScaleRows(st, gam);
+        }
+        st = rSlabProduct(at, sl, slab, SCAN_ROWS_AT, i - sl.nD, ch.cv, st);
+      }
+      g++;
     }
-    let va = workCols(base + wU() + ch.raC * p.V, at.j) - wa;
-    let vb = workCols(base + wU() + ch.rbC * p.V, at.j) - wb;
-    if (at.ra < ch.cv) {
-      scanRows[slot(at, at.ra)] = va;
-      statesStoreCols(sBlock + sVn() + at.ra * p.V, at.j, va);
-    }
-    if (at.rb < ch.cv) {
-      scanRows[slot(at, at.rb)] = vb;
-      statesStoreCols(sBlock + sVn() + at.rb * p.V, at.j, vb);
-    }
-    workgroupBarrier();
-    // stateScan: S' = diag(gamma_C) S + Kd^T Vn
-    var next = tileScaleRows(st, workAt4(base + wGam(), at.dc));
-    for (var r = 0u; r < ch.cv; r++) {
-      next = tileFma(next, workAt4(base + wKd() + r * p.K, at.dc), scanRows[slot(at, r)]);
-    }
-    st = next;
-    workgroupBarrier();
   }
   let rows = (vec4u(at.bh * p.K) + at.d) * p.V + vec4u(aHt());
   if (at.d.x < p.K) { htStoreCols(rows.x, at.j, st[0]); }

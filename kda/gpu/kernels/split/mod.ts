@@ -26,6 +26,13 @@ const MAX_SCAN_TILE = 32;
 /** vec4 entries of the scans' state tile (K × VT / 4) and row tile (C × VT / 4). */
 const SCAN_STATE_VEC4 = 1024;
 const SCAN_ROWS_VEC4 = 512;
+/**
+ * vec4 entries of one of the scans' two slab buffers (one vec4 per invocation): the operand rows
+ * the scans stream through workgroup memory (forward.wgsl).
+ */
+const SCAN_SLAB_VEC4 = 256;
+/** vec4 entries of the scans' workgroup memory: state tile, row tile, two slabs (32 KB). */
+const SCAN_VEC4 = SCAN_STATE_VEC4 + SCAN_ROWS_VEC4 + 2 * SCAN_SLAB_VEC4;
 /** vec4s of the two tile stages of the tiled products (common.wgsl). */
 const TILE_A_VEC4 = 512;
 const TILE_B_VEC4 = 1024;
@@ -153,18 +160,18 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["load", "dh0", "V"],
   ["load", "dqh", "K"],
   ["load", "dkh", "K"],
+  ["store", "states", "K"],
   ["store", "states", "V"],
   ["store", "o", "V"],
   ["store", "ht", "V"],
   ["store", "dh0", "V"],
+  ["store", "bw", "K"],
   ["store", "bw", "V"],
   ["store", "dv", "V"],
   ["store", "dq", "K"],
   ["store", "dk", "K"],
   ["store", "dqh", "K"],
   ["store", "dkh", "K"],
-  ["storeTransposed", "states", "V"],
-  ["storeTransposed", "bw", "V"],
   ["gather", "v", "K"],
   ["gather", "beta", "K"],
   ["gather", "work", "K"],
@@ -219,7 +226,7 @@ export const SPLIT: KernelSet = {
   workgroupSize: WORKGROUP_SIZE,
   workgroupBytes: Math.max(
     4 * (SHARED_FLOATS + STAGE_FLOATS),
-    (SCAN_STATE_VEC4 + SCAN_ROWS_VEC4) * 16,
+    SCAN_VEC4 * 16,
     (TILE_A_VEC4 + TILE_B_VEC4) * 16,
   ),
   constants: {
@@ -230,6 +237,8 @@ export const SPLIT: KernelSet = {
     E_BLOCK,
     SCAN_STATE_VEC4,
     SCAN_ROWS_VEC4,
+    SCAN_SLAB_VEC4,
+    SCAN_VEC4,
     TILE_A_VEC4,
     TILE_B_VEC4,
     GRID_X,
@@ -427,7 +436,9 @@ export const SPLIT: KernelSet = {
     });
   },
   scanRanges(plan: Plan) {
-    const ranges = chunkRanges(plan.NC, plan.K + 2 * plan.C + 4);
+    // the busiest scan invocation loops once a slab and once per vec4 of K, row of P^T (by four),
+    // and row of the two r-slab operands per chunk (scan_backward.wgsl), under K + 3 C + 16
+    const ranges = chunkRanges(plan.NC, plan.K + 3 * plan.C + 16);
     // a packed batch of empty sequences still runs one range, which copies h0 to ht
     return ranges.length > 0 ? ranges : [[0, 0]];
   },

@@ -1,7 +1,7 @@
 // The split set's backward scan (docs/kda.md 2.3): the dS' chain of stateScanBackward with
 // chunkOutputBackward and newValuesBackward, sequential over each sequence's chunks from the last,
-// one workgroup per (V tile, head, sequence), as the forward scan (forward.wgsl) lays out its
-// invocations. It leaves dS' and dVn per chunk for the chunk-parallel stages and dh0.
+// one workgroup per (V tile, head, sequence), with the forward scan's invocation layout and slab
+// stream (forward.wgsl). It leaves dS' and dVn per chunk for the chunk-parallel stages and dh0.
 
 // One row of dS' at the start of a backward scan dispatch: dht at a sequence's last chunk (or
 // zero without it), else the carry of the previous dispatch in dh0.
@@ -19,9 +19,85 @@ fn backwardStartRow(at: ScanAt, d: u32, fromLast: bool, hasDht: bool) -> vec4f {
   return dhtCols(aDht() + row, at.j);
 }
 
+// This invocation's vec4 of P slab i: P[4q.., r] for group q = i qp + lid / C and column
+// r = lid % C (zero past cv).
+fn pSlabLoad(sl: ScanSlabs, tbase: u32, cv: u32, i: u32, lid: u32) -> vec4f {
+  let rows = 4u * (i * sl.qp + lid / p.C) + vec4u(0u, 1u, 2u, 3u);
+  let r = lid % p.C;
+  if (r >= cv || rows.x >= cv) {
+    return vec4f(0.0);
+  }
+  return select(vec4f(0.0), triAt4(tbase + rP() + r, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
+}
+
+// acc + the P slab's part of P^T dO for rows ra and rb (dO in the row tile), the rows s of dO in
+// ascending order across the slabs.
+fn pSlabProduct(at: ScanAt, sl: ScanSlabs, slab: u32, i: u32, ch: ScanChunk, acc: ScanRows) -> ScanRows {
+  let q0 = i * sl.qp;
+  let cq = (ch.cv + 3u) / 4u;
+  var n = 0u;
+  if (q0 < cq) {
+    n = min(sl.qp, cq - q0);
+  }
+  var a = acc.a;
+  var b = acc.b;
+  for (var q = 0u; q < n; q++) {
+    let pa = scanMem[slab + q * p.C + ch.raC];
+    let pb = scanMem[slab + q * p.C + ch.rbC];
+    let y = SCAN_ROWS_AT + 4u * (q0 + q) * at.ng + at.cg;
+    let o0 = scanMem[y];
+    let o1 = scanMem[y + at.ng];
+    let o2 = scanMem[y + 2u * at.ng];
+    let o3 = scanMem[y + 3u * at.ng];
+    a = fma(vec4f(pa.x), o0, a);
+    b = fma(vec4f(pb.x), o0, b);
+    a = fma(vec4f(pa.y), o1, a);
+    b = fma(vec4f(pb.y), o1, b);
+    a = fma(vec4f(pa.z), o2, a);
+    b = fma(vec4f(pb.z), o2, b);
+    a = fma(vec4f(pa.w), o3, a);
+    b = fma(vec4f(pb.w), o3, b);
+  }
+  return ScanRows(a, b);
+}
+
+// Entry e of the chunk's C x VT tile of dO (row e / ng, column group e % ng; zero past cv).
+fn doutTileLoad(at: ScanAt, ch: ScanChunk, e: u32) -> vec4f {
+  let s = e / at.ng;
+  if (s >= ch.cv) {
+    return vec4f(0.0);
+  }
+  return doutCols(aDout() + ((ch.t0 + s) * p.H + at.h) * p.V, at.j0 + 4u * (e % at.ng));
+}
+
+// Slab i of a backward chunk: the P slabs, the d-slabs of Kd, the r-slabs of Qg, then those of W
+// negated (so that its products subtract, exactly as fma(-w, x, s)).
+fn backwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
+  let base = ch.wid * workSize();
+  if (i < sl.nP) {
+    return pSlabLoad(sl, ch.wid * triSize(), ch.cv, i, lid);
+  }
+  if (i < sl.nP + sl.nD) {
+    return dSlabLoad(sl, base + wKd(), ch.cv, i - sl.nP, lid);
+  }
+  let r = i - sl.nP - sl.nD;
+  if (r < sl.nR) {
+    return rSlabLoad(sl, base + wQg(), ch.cv, r, lid);
+  }
+  return -rSlabLoad(sl, base + wW(), ch.cv, r - sl.nR, lid);
+}
+
+// Per chunk, from the last: dVn = P^T dO + Kd dS' (stateScanBackward, chunkOutputBackward) over the
+// P slabs (dO in the row tile) and the Kd slabs (dS' in the state tile), then
+// dS = diag(gamma_C) dS' + (scale Q (.) Gamma)^T dO - W^T dVn (the last term newValuesBackward) over
+// the Qg slabs (dO) and the W slabs (dVn in the state tile). dO is written with the first P slab
+// (the row tile was last read by the previous chunk's Qg slabs, its W slabs ago), dS' with the
+// first Kd slab and dVn with the first W slab (the state tile was last read by the previous
+// chunk's W slabs, this chunk's P slabs ago, and by this chunk's Kd slabs, its Qg slabs ago).
 @compute @workgroup_size(256)
 fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let at = scanAt(wg, lid);
+  let sl = scanSlabs();
   let hasDht = (p.flags & HAS_DHT) != 0u;
   // the dispatches run the chunk ranges from the last; a sequence starts from dht in the first
   // one that reaches its end (also when it has no chunk in it, or none at all)
@@ -32,55 +108,94 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
     backwardStartRow(at, at.d.z, fromLast, hasDht),
     backwardStartRow(at, at.d.w, fromLast, hasDht),
   );
+  let n0 = range.n0;
   let n1 = min(range.n1, at.seq.count);
-  for (var i = range.n0; i < n1; i++) {
-    let n = n1 - 1u - (i - range.n0);
+  var steps = 0u;
+  if (n1 > n0) {
+    steps = n1 - n0;
+  }
+  // m >= 4 slabs a chunk (one of each operand at least)
+  let m = sl.nP + sl.nD + 2u * sl.nR;
+  let tileEntries = p.C * at.ng;
+  var next = vec4f(0.0);
+  var after = vec4f(0.0);
+  var dO0 = vec4f(0.0);
+  var dO1 = vec4f(0.0);
+  if (steps > 0u) {
+    let ch = scanChunk(at, n1 - 1u);
+    next = backwardSlabLoad(sl, ch, 0u, lid);
+    after = backwardSlabLoad(sl, ch, 1u, lid);
+    dO0 = doutTileLoad(at, ch, lid);
+    dO1 = doutTileLoad(at, ch, lid + WG);
+  }
+  var g = 0u;
+  for (var t = 0u; t < steps; t++) {
+    let n = n1 - 1u - t;
     let ch = scanChunk(at, n);
+    var later = ch;
+    if (t + 1u < steps) {
+      later = scanChunk(at, n - 1u);
+    }
     let base = ch.wid * workSize();
-    let tbase = ch.wid * triSize();
     let bBase = ch.wid * bwSize();
-    publishState(at, st);
-    if (at.d.x < p.K) { bwStoreT(bBase + bDS(), at.d.x, at.j, st[0]); }
-    if (at.d.y < p.K) { bwStoreT(bBase + bDS(), at.d.y, at.j, st[1]); }
-    if (at.d.z < p.K) { bwStoreT(bBase + bDS(), at.d.z, at.j, st[2]); }
-    if (at.d.w < p.K) { bwStoreT(bBase + bDS(), at.d.w, at.j, st[3]); }
-    workgroupBarrier();
-    // stateScanBackward + chunkOutputBackward: dVn = Kd dS' + P^T dO (P^T is zero below the
-    // diagonal, so the sum over s starts at 0 and adds exact zeros first)
-    var a = vec4f(0.0);
-    var b = vec4f(0.0);
-    let kRowA = base + wKd() + ch.raC * p.K;
-    let kRowB = base + wKd() + ch.rbC * p.K;
-    for (var d = 0u; d < p.K; d++) {
-      let ds = scanState[slot(at, d)];
-      a = fma(vec4f(work[kRowA + d]), ds, a);
-      b = fma(vec4f(work[kRowB + d]), ds, b);
+    let gam = workK4(base + wGam(), at.d.x);
+    var dv = ScanRows(vec4f(0.0), vec4f(0.0));
+    for (var i = 0u; i < m; i++) {
+      let slab = SCAN_SLAB_AT + (g % 2u) * SCAN_SLAB_VEC4;
+      scanMem[slab + lid] = next;
+      if (i == 0u) {
+        scanMem[SCAN_ROWS_AT + lid] = dO0;
+        if (lid + WG < tileEntries) {
+          scanMem[SCAN_ROWS_AT + lid + WG] = dO1;
+        }
+        // dS' saved transposed ([V, K]), four channels a store
+        let tt = transpose(st);
+        let dsBase = bBase + bDS();
+        if (at.j < p.V) { bwStoreK(dsBase + at.j * p.K, at.d.x, tt[0]); }
+        if (at.j + 1u < p.V) { bwStoreK(dsBase + (at.j + 1u) * p.K, at.d.x, tt[1]); }
+        if (at.j + 2u < p.V) { bwStoreK(dsBase + (at.j + 2u) * p.K, at.d.x, tt[2]); }
+        if (at.j + 3u < p.V) { bwStoreK(dsBase + (at.j + 3u) * p.K, at.d.x, tt[3]); }
+      }
+      if (i == sl.nP) {
+        publishState(at, sl, st);
+      }
+      if (i == sl.nP + sl.nD + sl.nR) {
+        if (at.ra < ch.cv) {
+          scanMem[at.ra * at.ng + at.cg] = dv.a;
+          bwStoreCols(bBase + bDVn() + at.ra * p.V, at.j, dv.a);
+        }
+        if (at.rb < ch.cv) {
+          scanMem[at.rb * at.ng + at.cg] = dv.b;
+          bwStoreCols(bBase + bDVn() + at.rb * p.V, at.j, dv.b);
+        }
+      }
+      // the slab two ahead in the stream (and, from the chunk's last two, the next chunk's dO;
+      // this one's is written), in flight through two barriers and slabs' products
+      next = after;
+      if (i + 2u < m) {
+        after = backwardSlabLoad(sl, ch, i + 2u, lid);
+      } else if (t + 1u < steps) {
+        after = backwardSlabLoad(sl, later, i + 2u - m, lid);
+        if (i + 2u == m) {
+          dO0 = doutTileLoad(at, later, lid);
+          dO1 = doutTileLoad(at, later, lid + WG);
+        }
+      }
+      workgroupBarrier();
+      if (i < sl.nP) {
+        dv = pSlabProduct(at, sl, slab, i, ch, dv);
+      } else if (i < sl.nP + sl.nD) {
+        dv = dSlabProduct(at, sl, slab, i - sl.nP, ch, dv);
+      } else if (i < sl.nP + sl.nD + sl.nR) {
+        if (i == sl.nP + sl.nD) {
+          st = tileScaleRows(st, gam);
+        }
+        st = rSlabProduct(at, sl, slab, SCAN_ROWS_AT, i - sl.nP - sl.nD, ch.cv, st);
+      } else {
+        st = rSlabProduct(at, sl, slab, 0u, i - sl.nP - sl.nD - sl.nR, ch.cv, st);
+      }
+      g++;
     }
-    for (var s = 0u; s < ch.cv; s++) {
-      let dO = doutCols(aDout() + ((ch.t0 + s) * p.H + at.h) * p.V, at.j);
-      let pRow = tbase + rP() + s * p.C;
-      a = fma(vec4f(tri[pRow + ch.raC]), dO, a);
-      b = fma(vec4f(tri[pRow + ch.rbC]), dO, b);
-    }
-    if (at.ra < ch.cv) {
-      scanRows[slot(at, at.ra)] = a;
-      bwStoreCols(bBase + bDVn() + at.ra * p.V, at.j, a);
-    }
-    if (at.rb < ch.cv) {
-      scanRows[slot(at, at.rb)] = b;
-      bwStoreCols(bBase + bDVn() + at.rb * p.V, at.j, b);
-    }
-    workgroupBarrier();
-    // dS = diag(gamma_C) dS' + scale (Q (.) Gamma)^T dO - W^T dVn (the last term newValuesBackward)
-    var qt = mat4x4f();
-    var wt = mat4x4f();
-    for (var r = 0u; r < ch.cv; r++) {
-      let dO = doutCols(aDout() + ((ch.t0 + r) * p.H + at.h) * p.V, at.j);
-      qt = tileFma(qt, workAt4(base + wQg() + r * p.K, at.dc), dO);
-      wt = tileFma(wt, workAt4(base + wW() + r * p.K, at.dc), scanRows[slot(at, r)]);
-    }
-    st = tileScaleRows(st, workAt4(base + wGam(), at.dc)) + qt - wt;
-    workgroupBarrier();
   }
   // dS after a sequence's first chunk is its dh0 (the carry of the next dispatch otherwise)
   let rows = (vec4u(at.bh * p.K) + at.d) * p.V + vec4u(aDh0());
