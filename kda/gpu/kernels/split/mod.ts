@@ -16,11 +16,12 @@ import { CC, chunkRanges, CK, CV, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 /** Channels per staged slice of the pairwise products. */
 const LP_BLOCK = 8;
 /**
- * Floats of chunkPrep's two workgroup arrays (common.wgsl): `wgm` holds T (C x C at C = 64),
- * `stage` the seven staged operands of the pairwise products (C rows x LP_BLOCK channels each).
+ * vec4s of each half of chunkPrep's workgroup array `prep` (common.wgsl): the first holds the
+ * C x C substitution matrix and then T diag(beta) (C^2 / 4 vec4s at C = 64), the second the seven
+ * staged operands of the pairwise products (7 C LP_BLOCK / 4 vec4s) and then the MM_SLICE-row
+ * slices of W's and U's right operands (MM_SLICE x up to 256 / 4 vec4s).
  */
-const SHARED_FLOATS = 2 * 2048;
-const STAGE_FLOATS = 7 * 64 * LP_BLOCK;
+const PREP_HALF = 1024;
 /** Widest scan tile (V columns). */
 const MAX_SCAN_TILE = 32;
 /** vec4 entries of the scans' state tile (K × VT / 4) and row tile (C × VT / 4). */
@@ -167,8 +168,6 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["gather", "dout", "K"],
   ["gather", "bw", "K"],
   ["gather", "gs", "K"],
-  ["gather", "wgm", "K"],
-  ["gather", "stage", "K"],
   ["storeRows", "work", "K"],
   ["storeRows", "gs", "K"],
   ["storeTriangle", "tri", "K"],
@@ -212,13 +211,13 @@ export const SPLIT: KernelSet = {
   native: { groupedHeads: true, packed: true },
   workgroupSize: WORKGROUP_SIZE,
   workgroupBytes: Math.max(
-    4 * (SHARED_FLOATS + STAGE_FLOATS),
+    2 * PREP_HALF * 16,
     (SCAN_STATE_VEC4 + SCAN_ROWS_VEC4) * 16,
     (TILE_A_VEC4 + TILE_B_VEC4) * 16,
   ),
   constants: {
-    SHARED: SHARED_FLOATS,
-    STAGE: STAGE_FLOATS,
+    PREP_HALF,
+    PREP_VEC4: 2 * PREP_HALF,
     LP_BLOCK,
     MM_SLICE,
     SCAN_STATE_VEC4,
