@@ -173,77 +173,72 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let rb = 4u * rg;
   let sb = 4u * sg;
   let inTriangle = select(lid < nOff, rg < nRG, diagonal);
-  let rowsR = rows4(rb, last) * LP_BLOCK;
-  let rowsS = rows4(sb, last) * LP_BLOCK;
-  let span = p.C * LP_BLOCK;
-  let sK = stg;
-  let sQ = stg + span;
-  let sGh = stg + 2u * span;
-  let sGl = stg + 3u * span;
-  let sA = stg + 4u * span;
-  let sQa = stg + 5u * span;
-  let sB = stg + 6u * span;
+  // the staged operands of a slice of LP_BLOCK channels, each a vec4 over a row quad at
+  // rq LP_STRIDE + channel (the stride padded by one vec4, so that quads read together by one
+  // warp fall on different banks): K, Q, G hi, G lo and the anchored A, Qa, Bk
+  let oK = 0u;
+  let oQ = LP_OPERAND;
+  let oGh = 2u * LP_OPERAND;
+  let oGl = 3u * LP_OPERAND;
+  let oA = 4u * LP_OPERAND;
+  let oQa = 5u * LP_OPERAND;
+  let oB = 6u * LP_OPERAND;
+  let quadR = rg * LP_STRIDE;
+  let quadS = sg * LP_STRIDE;
   var lt = mat4x4f();
   var pt = mat4x4f();
   // ABLATE lp {
   for (var d0 = 0u; d0 < p.K; d0 += LP_BLOCK) {
-    for (var e = lid; e < cv * LP_BLOCK; e += WG) {
-      let r = e / LP_BLOCK;
-      let d = d0 + e % LP_BLOCK;
-      var kv = 0.0;
-      var qv = 0.0;
-      var gh = 0.0;
-      var gl = 0.0;
-      if (d < p.K) {
-        let row = qrow(at, r) * p.K + d;
-        kv = k[aK() + row];
-        qv = q[aQ() + row];
-        gh = work[base + wG() + r * p.K + d];
-        gl = work[base + wGlo() + r * p.K + d];
-      }
-      prepSet(sK + e, kv);
-      prepSet(sQ + e, qv);
-      prepSet(sGh + e, gh);
-      prepSet(sGl + e, gl);
-    }
-    workgroupBarrier();
-    // the anchored operands: decays from the row's block start and to its block end
-    for (var e = lid; e < cv * LP_BLOCK; e += WG) {
-      let r = e / LP_BLOCK;
+    // one (row quad, channel) an invocation: its four rows (clamped to the last valid one) of k, q
+    // and G loaded at once, and the decays from the quad's first row and to its last formed in
+    // registers, so the slice is staged between two barriers
+    for (var e = lid; e < nRG * LP_BLOCK; e += WG) {
       let dd = e % LP_BLOCK;
-      let a = 4u * (r / 4u);
-      let ia = a * LP_BLOCK + dd;
-      let ie = min(a + 3u, last) * LP_BLOCK + dd;
-      let ghe = prepF(sGh + e);
-      let gle = prepF(sGl + e);
-      let fa = decay((ghe - prepF(sGh + ia)) + (gle - prepF(sGl + ia)));
-      let fe = decay((prepF(sGh + ie) - ghe) + (prepF(sGl + ie) - gle));
-      let kv = prepF(sK + e);
-      prepSet(sA + e, kv * fa);
-      prepSet(sQa + e, prepF(sQ + e) * fa);
-      prepSet(sB + e, kv * fe);
+      let rq = e / LP_BLOCK;
+      let d = d0 + dd;
+      var k4 = vec4f(0.0);
+      var q4 = vec4f(0.0);
+      var gh = vec4f(0.0);
+      var gl = vec4f(0.0);
+      if (d < p.K) {
+        let rows = rows4(4u * rq, last);
+        let tok = qrow4(at, rows) * p.K;
+        k4 = kAt4(aK() + d, tok);
+        q4 = qAt4(aQ() + d, tok);
+        gh = workAt4(base + wG() + d, rows * p.K);
+        gl = workAt4(base + wGlo() + d, rows * p.K);
+      }
+      let fa = decay4((gh - vec4f(gh.x)) + (gl - vec4f(gl.x)));
+      let fe = decay4((vec4f(gh.w) - gh) + (vec4f(gl.w) - gl));
+      let slot = rq * LP_STRIDE + dd;
+      prep[oK + slot] = k4;
+      prep[oQ + slot] = q4;
+      prep[oGh + slot] = gh;
+      prep[oGl + slot] = gl;
+      prep[oA + slot] = k4 * fa;
+      prep[oQa + slot] = q4 * fa;
+      prep[oB + slot] = k4 * fe;
     }
     workgroupBarrier();
     if (inTriangle) {
       let dn = min(LP_BLOCK, p.K - d0);
       if (!diagonal) {
-        // block sg is full (it lies before block rg), so its last row is sb + 3
-        let ia = rb * LP_BLOCK;
-        let ie = (sb + 3u) * LP_BLOCK;
+        // block sg is full (it lies before block rg), so its last row is lane w of its quad
         for (var dd = 0u; dd < dn; dd++) {
           let mid = decay(
-            (prepF(sGh + ia + dd) - prepF(sGh + ie + dd)) + (prepF(sGl + ia + dd) - prepF(sGl + ie + dd)),
+            (prep[oGh + quadR + dd].x - prep[oGh + quadS + dd].w) +
+              (prep[oGl + quadR + dd].x - prep[oGl + quadS + dd].w),
           );
-          let b4 = prepAt4(sB + dd, rowsS);
-          lt = tileFma(lt, prepAt4(sA + dd, rowsR) * mid, b4);
-          pt = tileFma(pt, prepAt4(sQa + dd, rowsR) * mid, b4);
+          let b4 = prep[oB + quadS + dd];
+          lt = tileFma(lt, prep[oA + quadR + dd] * mid, b4);
+          pt = tileFma(pt, prep[oQa + quadR + dd] * mid, b4);
         }
       } else {
         for (var dd = cg; dd < dn; dd += 4u) {
-          let gh = prepAt4(sGh + dd, rowsR);
-          let gl = prepAt4(sGl + dd, rowsR);
-          let k4 = prepAt4(sK + dd, rowsR);
-          let q4 = prepAt4(sQ + dd, rowsR);
+          let gh = prep[oGh + quadR + dd];
+          let gl = prep[oGl + quadR + dd];
+          let k4 = prep[oK + quadR + dd];
+          let q4 = prep[oQ + quadR + dd];
           // the six pairs i > j of the block: e10 e20 e21 e30 in e1, e31 e32 in e2
           let e1 = decay4(
             vec4f(gh.y - gh.x, gh.z - gh.x, gh.z - gh.y, gh.w - gh.x) +

@@ -14,14 +14,20 @@ import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
 import { CC, chunkRanges, CK, CV, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
 /** Channels per staged slice of the pairwise products. */
-const LP_BLOCK = 8;
+const LP_BLOCK = 16;
+/** vec4s per row quad of a staged operand of the pairwise products (padded by one, see forward.wgsl). */
+const LP_STRIDE = LP_BLOCK + 1;
+/** vec4s of one staged operand of the pairwise products: C / 4 row quads at C = 64. */
+const LP_OPERAND = 16 * LP_STRIDE;
 /**
  * vec4s of each half of chunkPrep's workgroup array `prep` (common.wgsl): the first holds the
- * C x C substitution matrix and then T diag(beta) (C^2 / 4 vec4s at C = 64), the second the seven
- * staged operands of the pairwise products (7 C LP_BLOCK / 4 vec4s) and then the MM_SLICE-row
- * slices of W's and U's right operands (MM_SLICE x up to 256 / 4 vec4s).
+ * C x C substitution matrix and then T diag(beta) (C^2 / 4 vec4s at C = 64), the second the
+ * MM_SLICE-row slices of W's and U's right operands (MM_SLICE x up to 256 / 4 vec4s). The seven
+ * staged operands of the pairwise products (7 LP_OPERAND vec4s) span both halves, which hold
+ * nothing else while they are in use.
  */
 const PREP_HALF = 1024;
+if (7 * LP_OPERAND > 2 * PREP_HALF) throw new Error("the pairwise products' stage exceeds prep");
 /** Widest scan tile (V columns). */
 const MAX_SCAN_TILE = 32;
 /** vec4 entries of the scans' state tile (K × VT / 4) and row tile (C × VT / 4). */
@@ -160,6 +166,8 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["store", "dkh", "K"],
   ["storeTransposed", "states", "V"],
   ["storeTransposed", "bw", "V"],
+  ["gather", "q", "K"],
+  ["gather", "k", "K"],
   ["gather", "v", "K"],
   ["gather", "beta", "K"],
   ["gather", "work", "K"],
@@ -219,6 +227,8 @@ export const SPLIT: KernelSet = {
     PREP_HALF,
     PREP_VEC4: 2 * PREP_HALF,
     LP_BLOCK,
+    LP_STRIDE,
+    LP_OPERAND,
     MM_SLICE,
     SCAN_STATE_VEC4,
     SCAN_ROWS_VEC4,
