@@ -354,13 +354,18 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   // E_BLOCK, F_r = e^{G_e - G_r} to the last row e of r's block (into W: dW is spent) and
   // A_r = e^{G_r - G_f} from its first row f. Both exponents are <= 0.
   // ABLATE bEf {
-  for (var e = lid; e < cv * p.K; e += WG) {
-    let r = e / p.K;
-    let d = e % p.K;
+  // (four channels an invocation)
+  for (var e = lid; e < cv * nDG; e += WG) {
+    let r = e / nDG;
+    let d = 4u * (e % nDG);
     let f = E_BLOCK * (r / E_BLOCK);
     let eb = min(f + E_BLOCK - 1u, last);
-    gs[gBase + gW() + r * p.K + d] = decay(gateDiff(base, eb, r, d));
-    gs[gBase + gA() + r * p.K + d] = decay(gateDiff(base, r, f, d));
+    let gh = workK4(base + wG() + r * p.K, d);
+    let gl = workK4(base + wGlo() + r * p.K, d);
+    let fw = decay4((workK4(base + wG() + eb * p.K, d) - gh) + (workK4(base + wGlo() + eb * p.K, d) - gl));
+    let aw = decay4((gh - workK4(base + wG() + f * p.K, d)) + (gl - workK4(base + wGlo() + f * p.K, d)));
+    gsStoreRow(gBase + gW(), r, d, fw, cv, p.K);
+    gsStoreRow(gBase + gA(), r, d, aw, cv, p.K);
   }
   // ABLATE bEf }
 

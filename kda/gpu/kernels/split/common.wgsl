@@ -4,8 +4,24 @@
 // are grouped), and the gate sums of a chunk's work block. The shared WGSL (exact decays, gate
 // sums, tile helpers) is included by name; the header and accessors are generated.
 
-var<workgroup> wgm: array<f32, SHARED>;
-var<workgroup> stage: array<f32, STAGE>;
+// chunkPrep's workgroup memory (forward.wgsl), one array carved by phase: vec4s [0, PREP_HALF)
+// hold the C x C matrix of the substitution and then T diag(beta) as the left operand of W and U;
+// vec4s [PREP_HALF, 2 PREP_HALF) the staged operands of the pairwise products, then the slices
+// of the right operands of W and U. Scalars are addressed as floats (prepF, prepSet).
+var<workgroup> prep: array<vec4f, PREP_VEC4>;
+
+fn prepF(i: u32) -> f32 {
+  return prep[i >> 2u][i & 3u];
+}
+
+fn prepSet(i: u32, value: f32) {
+  prep[i >> 2u][i & 3u] = value;
+}
+
+// Four floats of prep at row + i.x .. row + i.w
+fn prepAt4(row: u32, i: vec4u) -> vec4f {
+  return vec4f(prepF(row + i.x), prepF(row + i.y), prepF(row + i.z), prepF(row + i.w));
+}
 
 // ---- tiled products ----
 //
@@ -38,6 +54,20 @@ fn mmSliceAt(acc: Tile8, which: u32, b0: u32, rq: u32, jq: u32, width4: u32, n: 
     let a = tileA[a0 + dd * 16u + rq];
     t0 = tileFma(t0, a, tileB[b0 + dd * width4 + jq]);
     t1 = tileFma(t1, a, tileB[b0 + dd * width4 + jq + 1u]);
+  }
+  return Tile8(t0, t1);
+}
+
+// acc + the product of a slice staged in prep: n contraction steps, the left operand's vec4 of
+// four rows at a0 + step * aStride, the right operand's two vec4s at b0 + step * bStride
+fn prepSlice(acc: Tile8, a0: u32, aStride: u32, b0: u32, bStride: u32, n: u32) -> Tile8 {
+  var t0 = acc.t0;
+  var t1 = acc.t1;
+  for (var dd = 0u; dd < n; dd++) {
+    let a = prep[a0 + dd * aStride];
+    let b = b0 + dd * bStride;
+    t0 = tileFma(t0, a, prep[b]);
+    t1 = tileFma(t1, a, prep[b + 1u]);
   }
   return Tile8(t0, t1);
 }
@@ -101,6 +131,24 @@ fn seqOf(s: u32) -> SeqAt {
 fn gateDiff(base: u32, r: u32, s: u32, d: u32) -> f32 {
   return (work[base + wG() + r * p.K + d] - work[base + wG() + s * p.K + d]) +
     (work[base + wGlo() + r * p.K + d] - work[base + wGlo() + s * p.K + d]);
+}
+
+// a + b of two running sums (64-bit integer addition: exact and associative, so a sum split into
+// parts and joined gives the bits of the sum in one pass)
+fn gateSumJoin(a: GateSum, b: GateSum) -> GateSum {
+  let lo = a.lo + b.lo;
+  return GateSum(a.hi + b.hi + select(0i, 1i, lo < b.lo), lo);
+}
+
+// A running sum as four f32s, each a 16-bit half of hi or lo (exact), for workgroup memory.
+fn gateSumPack(a: GateSum) -> vec4f {
+  let hi = bitcast<u32>(a.hi);
+  return vec4f(f32(hi >> 16u), f32(hi & 0xffffu), f32(a.lo >> 16u), f32(a.lo & 0xffffu));
+}
+
+fn gateSumUnpack(v: vec4f) -> GateSum {
+  let hi = (u32(v.x) << 16u) | u32(v.y);
+  return GateSum(bitcast<i32>(hi), (u32(v.z) << 16u) | u32(v.w));
 }
 
 // Gamma_rd = e^{G_rd}

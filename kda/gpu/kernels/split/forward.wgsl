@@ -17,6 +17,87 @@
 // of blocks. Pairs inside one block are formed directly (six exps per channel), and those blocks'
 // channels are split over four invocations whose partial sums are added in a fixed order.
 
+// The gate sums of one channel over rows [r0, r1) of the chunk, added to acc in row order; the
+// loads are issued four rows ahead of the chain of integer adds. With store, each G_r is written.
+fn gateRun(at: ChunkAt, base: u32, d: u32, r0: u32, r1: u32, start: GateSum, store: bool) -> GateSum {
+  var acc = start;
+  let col = aG() + d;
+  for (var r = r0; r < r1; r += 4u) {
+    let top = r1 - 1u;
+    let g0 = g[col + vrow(at, r) * p.K];
+    let g1 = g[col + vrow(at, min(r + 1u, top)) * p.K];
+    let g2 = g[col + vrow(at, min(r + 2u, top)) * p.K];
+    let g3 = g[col + vrow(at, min(r + 3u, top)) * p.K];
+    acc = gateSumAdd(acc, g0);
+    if (store) { gateStore(base, r, d, acc); }
+    if (r + 1u < r1) {
+      acc = gateSumAdd(acc, g1);
+      if (store) { gateStore(base, r + 1u, d, acc); }
+    }
+    if (r + 2u < r1) {
+      acc = gateSumAdd(acc, g2);
+      if (store) { gateStore(base, r + 2u, d, acc); }
+    }
+    if (r + 3u < r1) {
+      acc = gateSumAdd(acc, g3);
+      if (store) { gateStore(base, r + 3u, d, acc); }
+    }
+  }
+  return acc;
+}
+
+fn gateStore(base: u32, r: u32, d: u32, acc: GateSum) {
+  work[base + wG() + r * p.K + d] = gateSumHi(acc);
+  work[base + wGlo() + r * p.K + d] = gateSumLo(acc);
+}
+
+// Row r of a strictly lower tile of L (columns sb..), stored transposed into the upper triangle
+// of the substitution matrix (prep floats s C + r): its strict lower triangle will hold T.
+fn storeLtRow(r: u32, sb: u32, v: vec4f, cv: u32) {
+  if (r >= cv) {
+    return;
+  }
+  if (sb < r) { prepSet(sb * p.C + r, v.x); }
+  if (sb + 1u < r) { prepSet((sb + 1u) * p.C + r, v.y); }
+  if (sb + 2u < r) { prepSet((sb + 2u) * p.C + r, v.z); }
+  if (sb + 3u < r) { prepSet((sb + 3u) * p.C + r, v.w); }
+}
+
+// T diag(beta) for rows 4 rq.. of column s (s = e % C, rq = e / C: neighbouring invocations read
+// neighbouring floats and store neighbouring T entries), zero past the valid rows, read from the
+// substitution matrix (T_rs below the diagonal, 1 on it, 0 above); T itself is stored to tri on
+// the way.
+fn tQuad(at: ChunkAt, tbase: u32, e: u32) -> vec4f {
+  let s = e % p.C;
+  let rq = e / p.C;
+  var t = vec4f(0.0);
+  if (s >= at.cv) {
+    return t;
+  }
+  let rows = 4u * rq + vec4u(0u, 1u, 2u, 3u);
+  let m = prepAt4(s, min(rows, vec4u(p.C - 1u)) * p.C);
+  t = select(select(vec4f(0.0), vec4f(1.0), rows == vec4u(s)), m, rows > vec4u(s));
+  let ok = rows < vec4u(at.cv);
+  t = select(vec4f(0.0), t, ok);
+  let col = tbase + rT() + s;
+  if (ok.x) { tri[col + rows.x * p.C] = t.x; }
+  if (ok.y) { tri[col + rows.y * p.C] = t.y; }
+  if (ok.z) { tri[col + rows.z * p.C] = t.z; }
+  if (ok.w) { tri[col + rows.w * p.C] = t.w; }
+  return t * beta[aBeta() + vrow(at, s)];
+}
+
+// Where tQuad's entry e lives as the left operand of W and U: s C/4 + rq
+fn tSlot(e: u32) -> u32 {
+  return (e % p.C) * (p.C / 4u) + e / p.C;
+}
+
+// Kg = K (.) Gamma at row s, channels j..j + 3 (zero past K)
+fn kgCols(at: ChunkAt, base: u32, s: u32, j: u32) -> vec4f {
+  let gam = decay4(workK4(base + wG() + s * p.K, j) + workK4(base + wGlo() + s * p.K, j));
+  return kK4(aK() + qrow(at, s) * p.K, j) * gam;
+}
+
 @compute @workgroup_size(256)
 fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let c = chunkIndex(wg);
@@ -28,17 +109,40 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let last = cv - 1u;
   let base = at.wid * workSize();
   let tbase = at.wid * triSize();
+  // float offset of the second half of prep (the staged operands)
+  let stg = 4u * PREP_HALF;
 
-  // gateCumsum: G_r = sum_{s <= r} g_s per channel in token order, in fixed point (gateSumAdd)
+  // gateCumsum: G_r = sum_{s <= r} g_s per channel in token order, in fixed point (gateSumAdd).
+  // The rows are cut into np parts (np channels' worth of invocations, up to 4, as K allows):
+  // each part sums its rows, the totals meet in prep, and each part then restarts from the sum of
+  // the parts before it (joined in part order). Integer sums are exact, so the bits are those of
+  // one pass.
+  let np = select(select(1u, 2u, p.K <= WG / 2u), 4u, p.K <= WG / 4u);
+  let rp = p.C / np;
   // ABLATE cumsum {
-  for (var d = lid; d < p.K; d += WG) {
-    var acc = GateSum(0i, 0u);
-    for (var r = 0u; r < cv; r++) {
-      acc = gateSumAdd(acc, g[aG() + vrow(at, r) * p.K + d]);
-      work[base + wG() + r * p.K + d] = gateSumHi(acc);
-      work[base + wGlo() + r * p.K + d] = gateSumLo(acc);
+  for (var e = lid; e < np * p.K; e += WG) {
+    let d = e % p.K;
+    let part = e / p.K;
+    let r0 = min(part * rp, cv);
+    let r1 = min(r0 + rp, cv);
+    if (part + 1u < np) {
+      prep[stg / 4u + e] = gateSumPack(gateRun(at, base, d, r0, r1, GateSum(0i, 0u), false));
     }
-    work[base + wGam() + d] = gammaOf(base, last, d);
+  }
+  workgroupBarrier();
+  for (var e = lid; e < np * p.K; e += WG) {
+    let d = e % p.K;
+    let part = e / p.K;
+    let r0 = min(part * rp, cv);
+    let r1 = min(r0 + rp, cv);
+    var acc = GateSum(0i, 0u);
+    for (var j = 0u; j < part; j++) {
+      acc = gateSumJoin(acc, gateSumUnpack(prep[stg / 4u + j * p.K + d]));
+    }
+    acc = gateRun(at, base, d, r0, r1, acc, true);
+    if (r0 < r1 && r1 == cv) {
+      work[base + wGam() + d] = decay(gateSumHi(acc) + gateSumLo(acc));
+    }
   }
   // ABLATE cumsum }
   stageBarrier();
@@ -69,74 +173,72 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let rb = 4u * rg;
   let sb = 4u * sg;
   let inTriangle = select(lid < nOff, rg < nRG, diagonal);
-  let rowsR = rows4(rb, last) * LP_BLOCK;
-  let rowsS = rows4(sb, last) * LP_BLOCK;
-  let span = p.C * LP_BLOCK;
-  let sK = 0u;
-  let sQ = span;
-  let sGh = 2u * span;
-  let sGl = 3u * span;
-  let sA = 4u * span;
-  let sQa = 5u * span;
-  let sB = 6u * span;
+  // the staged operands of a slice of LP_BLOCK channels, each a vec4 over a row quad at
+  // rq LP_STRIDE + channel (the stride padded by one vec4, so that quads read together by one
+  // warp fall on different banks): K, Q, G hi, G lo and the anchored A, Qa, Bk
+  let oK = 0u;
+  let oQ = LP_OPERAND;
+  let oGh = 2u * LP_OPERAND;
+  let oGl = 3u * LP_OPERAND;
+  let oA = 4u * LP_OPERAND;
+  let oQa = 5u * LP_OPERAND;
+  let oB = 6u * LP_OPERAND;
+  let quadR = rg * LP_STRIDE;
+  let quadS = sg * LP_STRIDE;
   var lt = mat4x4f();
   var pt = mat4x4f();
   // ABLATE lp {
   for (var d0 = 0u; d0 < p.K; d0 += LP_BLOCK) {
-    for (var e = lid; e < cv * LP_BLOCK; e += WG) {
-      let r = e / LP_BLOCK;
-      let d = d0 + e % LP_BLOCK;
-      var kv = 0.0;
-      var qv = 0.0;
-      var gh = 0.0;
-      var gl = 0.0;
-      if (d < p.K) {
-        let row = qrow(at, r) * p.K + d;
-        kv = k[aK() + row];
-        qv = q[aQ() + row];
-        gh = work[base + wG() + r * p.K + d];
-        gl = work[base + wGlo() + r * p.K + d];
-      }
-      stage[sK + e] = kv;
-      stage[sQ + e] = qv;
-      stage[sGh + e] = gh;
-      stage[sGl + e] = gl;
-    }
-    workgroupBarrier();
-    // the anchored operands: decays from the row's block start and to its block end
-    for (var e = lid; e < cv * LP_BLOCK; e += WG) {
-      let r = e / LP_BLOCK;
+    // one (row quad, channel) an invocation: its four rows (clamped to the last valid one) of k, q
+    // and G loaded at once, and the decays from the quad's first row and to its last formed in
+    // registers, so the slice is staged between two barriers
+    for (var e = lid; e < nRG * LP_BLOCK; e += WG) {
       let dd = e % LP_BLOCK;
-      let a = 4u * (r / 4u);
-      let ia = a * LP_BLOCK + dd;
-      let ie = min(a + 3u, last) * LP_BLOCK + dd;
-      let fa = decay((stage[sGh + e] - stage[sGh + ia]) + (stage[sGl + e] - stage[sGl + ia]));
-      let fe = decay((stage[sGh + ie] - stage[sGh + e]) + (stage[sGl + ie] - stage[sGl + e]));
-      stage[sA + e] = stage[sK + e] * fa;
-      stage[sQa + e] = stage[sQ + e] * fa;
-      stage[sB + e] = stage[sK + e] * fe;
+      let rq = e / LP_BLOCK;
+      let d = d0 + dd;
+      var k4 = vec4f(0.0);
+      var q4 = vec4f(0.0);
+      var gh = vec4f(0.0);
+      var gl = vec4f(0.0);
+      if (d < p.K) {
+        let rows = rows4(4u * rq, last);
+        let tok = qrow4(at, rows) * p.K;
+        k4 = kAt4(aK() + d, tok);
+        q4 = qAt4(aQ() + d, tok);
+        gh = workAt4(base + wG() + d, rows * p.K);
+        gl = workAt4(base + wGlo() + d, rows * p.K);
+      }
+      let fa = decay4((gh - vec4f(gh.x)) + (gl - vec4f(gl.x)));
+      let fe = decay4((vec4f(gh.w) - gh) + (vec4f(gl.w) - gl));
+      let slot = rq * LP_STRIDE + dd;
+      prep[oK + slot] = k4;
+      prep[oQ + slot] = q4;
+      prep[oGh + slot] = gh;
+      prep[oGl + slot] = gl;
+      prep[oA + slot] = k4 * fa;
+      prep[oQa + slot] = q4 * fa;
+      prep[oB + slot] = k4 * fe;
     }
     workgroupBarrier();
     if (inTriangle) {
       let dn = min(LP_BLOCK, p.K - d0);
       if (!diagonal) {
-        // block sg is full (it lies before block rg), so its last row is sb + 3
-        let ia = rb * LP_BLOCK;
-        let ie = (sb + 3u) * LP_BLOCK;
+        // block sg is full (it lies before block rg), so its last row is lane w of its quad
         for (var dd = 0u; dd < dn; dd++) {
           let mid = decay(
-            (stage[sGh + ia + dd] - stage[sGh + ie + dd]) + (stage[sGl + ia + dd] - stage[sGl + ie + dd]),
+            (prep[oGh + quadR + dd].x - prep[oGh + quadS + dd].w) +
+              (prep[oGl + quadR + dd].x - prep[oGl + quadS + dd].w),
           );
-          let b4 = stageAt4(sB + dd, rowsS);
-          lt = tileFma(lt, stageAt4(sA + dd, rowsR) * mid, b4);
-          pt = tileFma(pt, stageAt4(sQa + dd, rowsR) * mid, b4);
+          let b4 = prep[oB + quadS + dd];
+          lt = tileFma(lt, prep[oA + quadR + dd] * mid, b4);
+          pt = tileFma(pt, prep[oQa + quadR + dd] * mid, b4);
         }
       } else {
         for (var dd = cg; dd < dn; dd += 4u) {
-          let gh = stageAt4(sGh + dd, rowsR);
-          let gl = stageAt4(sGl + dd, rowsR);
-          let k4 = stageAt4(sK + dd, rowsR);
-          let q4 = stageAt4(sQ + dd, rowsR);
+          let gh = prep[oGh + quadR + dd];
+          let gl = prep[oGl + quadR + dd];
+          let k4 = prep[oK + quadR + dd];
+          let q4 = prep[oQ + quadR + dd];
           // the six pairs i > j of the block: e10 e20 e21 e30 in e1, e31 e32 in e2
           let e1 = decay4(
             vec4f(gh.y - gh.x, gh.z - gh.x, gh.z - gh.y, gh.w - gh.x) +
@@ -157,37 +259,35 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   }
   // ABLATE lp }
   // a diagonal block's four partial sums, added in channel-group order by its first invocation
+  let parts = PREP_HALF + (rg * 3u + cg - 1u) * 8u;
   if (diagonal && inTriangle && cg > 0u) {
-    let at4 = ((rg * 3u + cg - 1u) * 2u) * 16u;
-    for (var i = 0u; i < 4u; i++) {
-      for (var j = 0u; j < 4u; j++) {
-        stage[at4 + i * 4u + j] = lt[i][j];
-        stage[at4 + 16u + i * 4u + j] = pt[i][j];
-      }
-    }
+    prep[parts] = lt[0];
+    prep[parts + 1u] = lt[1];
+    prep[parts + 2u] = lt[2];
+    prep[parts + 3u] = lt[3];
+    prep[parts + 4u] = pt[0];
+    prep[parts + 5u] = pt[1];
+    prep[parts + 6u] = pt[2];
+    prep[parts + 7u] = pt[3];
   }
   workgroupBarrier();
   if (inTriangle && (!diagonal || cg == 0u)) {
     if (diagonal) {
       for (var part = 0u; part < 3u; part++) {
-        let at4 = ((rg * 3u + part) * 2u) * 16u;
-        lt += mat4x4f(
-          stageAt4(at4, vec4u(0u, 1u, 2u, 3u)),
-          stageAt4(at4 + 4u, vec4u(0u, 1u, 2u, 3u)),
-          stageAt4(at4 + 8u, vec4u(0u, 1u, 2u, 3u)),
-          stageAt4(at4 + 12u, vec4u(0u, 1u, 2u, 3u)),
-        );
-        pt += mat4x4f(
-          stageAt4(at4 + 16u, vec4u(0u, 1u, 2u, 3u)),
-          stageAt4(at4 + 20u, vec4u(0u, 1u, 2u, 3u)),
-          stageAt4(at4 + 24u, vec4u(0u, 1u, 2u, 3u)),
-          stageAt4(at4 + 28u, vec4u(0u, 1u, 2u, 3u)),
-        );
+        let at4 = PREP_HALF + (rg * 3u + part) * 8u;
+        lt += mat4x4f(prep[at4], prep[at4 + 1u], prep[at4 + 2u], prep[at4 + 3u]);
+        pt += mat4x4f(prep[at4 + 4u], prep[at4 + 5u], prep[at4 + 6u], prep[at4 + 7u]);
       }
     }
     let beta4 = betaAt4(aBeta(), vrow4(at, rows4(rb, last)));
-    triStoreTri(tbase + rL(), rb, sb, tileScaleRows(lt, beta4), cv, 1u);
+    let ls = tileScaleRows(lt, beta4);
+    triStoreTri(tbase + rL(), rb, sb, ls, cv, 1u);
     triStoreTri(tbase + rP(), rb, sb, p.scale * pt, cv, 0u);
+    // L^T into the substitution matrix, which needs no other initial value
+    storeLtRow(rb, sb, ls[0], cv);
+    storeLtRow(rb + 1u, sb, ls[1], cv);
+    storeLtRow(rb + 2u, sb, ls[2], cv);
+    storeLtRow(rb + 3u, sb, ls[3], cv);
   }
   // the blocks above the diagonal
   for (var e = lid; e < cv * cv; e += WG) {
@@ -198,76 +298,97 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
       tri[tbase + rP() + r * p.C + s] = 0.0;
     }
   }
-  // gateFactors: Qg = scale Q (.) Gamma, and Kg = K (.) Gamma held in the Kd region until W is built
+  // gateFactors: Qg = scale Q (.) Gamma, Kd = K (.) e^{G_C - G} (W takes K (.) Gamma as it stages)
   // ABLATE factors {
   for (var e = lid; e < cv * p.K; e += WG) {
     let r = e / p.K;
     let d = e % p.K;
     let row = qrow(at, r) * p.K + d;
-    let gam = gammaOf(base, r, d);
-    work[base + wQg() + r * p.K + d] = p.scale * q[aQ() + row] * gam;
-    work[base + wKd() + r * p.K + d] = k[aK() + row] * gam;
+    work[base + wQg() + r * p.K + d] = p.scale * q[aQ() + row] * gammaOf(base, r, d);
+    work[base + wKd() + r * p.K + d] = k[aK() + row] * decay(gateDiff(base, last, r, d));
   }
   // ABLATE factors }
-  stageBarrier();
-
-  // T = (I + L)^(-1) by forward substitution, one row of T final per step (every later row takes
-  // its term at once, each entry summing in ascending m); T is built in workgroup memory.
-  // ABLATE subst {
-  for (var e = lid; e < cv * cv; e += WG) {
-    let i = e / cv;
-    let j = e % cv;
-    wgm[i * p.C + j] = select(0.0, 1.0, i == j);
-  }
   workgroupBarrier();
+
+  // T = (I + L)^(-1) by forward substitution in workgroup memory, one row of T final per step:
+  // at step m every later row i takes its term in each column j <= m (T_im = -L_im, first
+  // written then), so each entry sums in ascending m. prep floats hold T_ij at i C + j below the
+  // diagonal and L_ij at j C + i above it (stored by the pairwise products): a step reads row m
+  // only and writes rows below it.
+  // ABLATE subst {
   for (var m = 0u; m + 1u < cv; m++) {
     let cols = m + 1u;
     for (var e = lid; e < (cv - cols) * cols; e += WG) {
       let i = cols + e / cols;
       let j = e % cols;
-      wgm[i * p.C + j] -= tri[tbase + rL() + i * p.C + m] * wgm[m * p.C + j];
+      let lim = prepF(m * p.C + i);
+      var t = -lim;
+      if (j < m) {
+        t = prepF(i * p.C + j) - lim * prepF(m * p.C + j);
+      }
+      prepSet(i * p.C + j, t);
     }
     workgroupBarrier();
   }
+  // T (stored to tri) becomes T diag(beta) as vec4s of four rows per column (tQuad); each
+  // invocation reads its four entries before any is overwritten
+  let nTq = p.C * p.C / 4u;
+  let tq0 = select(vec4f(0.0), tQuad(at, tbase, lid), lid < nTq);
+  let tq1 = select(vec4f(0.0), tQuad(at, tbase, lid + WG), lid + WG < nTq);
+  let tq2 = select(vec4f(0.0), tQuad(at, tbase, lid + 2u * WG), lid + 2u * WG < nTq);
+  let tq3 = select(vec4f(0.0), tQuad(at, tbase, lid + 3u * WG), lid + 3u * WG < nTq);
+  workgroupBarrier();
+  if (lid < nTq) { prep[tSlot(lid)] = tq0; }
+  if (lid + WG < nTq) { prep[tSlot(lid + WG)] = tq1; }
+  if (lid + 2u * WG < nTq) { prep[tSlot(lid + 2u * WG)] = tq2; }
+  if (lid + 3u * WG < nTq) { prep[tSlot(lid + 3u * WG)] = tq3; }
   // ABLATE subst }
   workgroupBarrier();
-  for (var e = lid; e < cv * cv; e += WG) {
-    let i = e / cv;
-    let j = e % cv;
-    tri[tbase + rT() + i * p.C + j] = wgm[i * p.C + j];
-  }
-  stageBarrier();
 
-  // W = T diag(beta) (K (.) Gamma), U = T diag(beta) V: 4 rows x 4 columns a block
-  let nDG = (p.K + 3u) / 4u;
-  let nJG = (p.V + 3u) / 4u;
+  // W = T diag(beta) (K (.) Gamma), U = T diag(beta) V as tiled products (common.wgsl's shape):
+  // 4 rows x 8 columns an invocation over MM_SLICE rows of the right operand staged as vec4s in
+  // the second half of prep; T is lower triangular, so a tile stops at its last row.
+  let c4 = p.C / 4u;
   // ABLATE wu {
-  for (var blk = lid; blk < nRG * nDG; blk += WG) {
-    let blk4 = blockOf(blk, nDG, last);
-    var w = mat4x4f();
-    for (var s = 0u; s <= blk4.rows.w; s++) {
-      let betaS = beta[aBeta() + vrow(at, s)];
-      w = tileFma(w, wgmAt4(s, blk4.rows * p.C) * betaS, workK4(base + wKd() + s * p.K, blk4.c));
+  for (var which = 0u; which < 2u; which++) {
+    let width = select(p.K, p.V, which == 1u);
+    let nq = (width + 3u) / 4u;
+    let nJ8 = (width + 7u) / 8u;
+    for (var turn = 0u; turn * WG < nRG * nJ8; turn++) {
+      let blk = lid + turn * WG;
+      let mine = blk < nRG * nJ8;
+      let rq = blk / nJ8;
+      let jq = 2u * (blk % nJ8);
+      var acc = Tile8(mat4x4f(), mat4x4f());
+      for (var s0 = 0u; s0 < cv; s0 += MM_SLICE) {
+        for (var e = lid; e < MM_SLICE * nq; e += WG) {
+          let s = s0 + e / nq;
+          let j = 4u * (e % nq);
+          var value = vec4f(0.0);
+          if (s < cv) {
+            if (which == 0u) {
+              value = kgCols(at, base, s, j);
+            } else {
+              value = vCols(aV() + vrow(at, s) * p.V, j);
+            }
+          }
+          prep[PREP_HALF + e] = value;
+        }
+        workgroupBarrier();
+        if (mine && 4u * rq + 4u > s0) {
+          let n = min(min(MM_SLICE, cv - s0), 4u * rq + 4u - s0);
+          acc = prepSlice(acc, s0 * c4 + rq, c4, PREP_HALF + jq, nq, n);
+        }
+        workgroupBarrier();
+      }
+      if (mine) {
+        let region = base + select(wW(), wU(), which == 1u);
+        workStoreRows(region, 4u * rq, 4u * jq, acc.t0, cv, width);
+        workStoreRows(region, 4u * rq, 4u * jq + 4u, acc.t1, cv, width);
+      }
     }
-    workStoreRows(base + wW(), blk4.r, blk4.c, w, cv, p.K);
-  }
-  for (var blk = lid; blk < nRG * nJG; blk += WG) {
-    let blk4 = blockOf(blk, nJG, last);
-    var u = mat4x4f();
-    for (var s = 0u; s <= blk4.rows.w; s++) {
-      let rowS = vrow(at, s);
-      u = tileFma(u, wgmAt4(s, blk4.rows * p.C) * beta[aBeta() + rowS], vCols(aV() + rowS * p.V, blk4.c));
-    }
-    workStoreRows(base + wU(), blk4.r, blk4.c, u, cv, p.V);
   }
   // ABLATE wu }
-  stageBarrier();
-  // gateFactors, second half: Kd = K (.) e^{G_C - G} replaces Kg
-  for (var e = lid; e < cv * p.K; e += WG) {
-    let r = e / p.K;
-    let d = e % p.K;
-    work[base + wKd() + r * p.K + d] = k[aK() + qrow(at, r) * p.K + d] * decay(gateDiff(base, last, r, d));
-  }
 }
 
 // ---- stateScan: sequential over a sequence's chunks, one workgroup per (V tile, head, sequence) ----

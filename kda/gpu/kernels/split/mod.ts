@@ -14,13 +14,20 @@ import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
 import { CC, chunkRanges, CK, CV, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
 /** Channels per staged slice of the pairwise products. */
-const LP_BLOCK = 8;
+const LP_BLOCK = 16;
+/** vec4s per row quad of a staged operand of the pairwise products (padded by one, see forward.wgsl). */
+const LP_STRIDE = LP_BLOCK + 1;
+/** vec4s of one staged operand of the pairwise products: C / 4 row quads at C = 64. */
+const LP_OPERAND = 16 * LP_STRIDE;
 /**
- * Floats of chunkPrep's two workgroup arrays (common.wgsl): `wgm` holds T (C x C at C = 64),
- * `stage` the seven staged operands of the pairwise products (C rows x LP_BLOCK channels each).
+ * vec4s of each half of chunkPrep's workgroup array `prep` (common.wgsl): the first holds the
+ * C x C substitution matrix and then T diag(beta) (C^2 / 4 vec4s at C = 64), the second the
+ * MM_SLICE-row slices of W's and U's right operands (MM_SLICE x up to 256 / 4 vec4s). The seven
+ * staged operands of the pairwise products (7 LP_OPERAND vec4s) span both halves, which hold
+ * nothing else while they are in use.
  */
-const SHARED_FLOATS = 2 * 2048;
-const STAGE_FLOATS = 7 * 64 * LP_BLOCK;
+const PREP_HALF = 1024;
+if (7 * LP_OPERAND > 2 * PREP_HALF) throw new Error("the pairwise products' stage exceeds prep");
 /** Widest scan tile (V columns). */
 const MAX_SCAN_TILE = 32;
 /** vec4 entries of the scans' state tile (K × VT / 4) and row tile (C × VT / 4). */
@@ -172,6 +179,8 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["store", "dk", "K"],
   ["store", "dqh", "K"],
   ["store", "dkh", "K"],
+  ["gather", "q", "K"],
+  ["gather", "k", "K"],
   ["gather", "v", "K"],
   ["gather", "beta", "K"],
   ["gather", "work", "K"],
@@ -180,8 +189,6 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["gather", "dout", "K"],
   ["gather", "bw", "K"],
   ["gather", "gs", "K"],
-  ["gather", "wgm", "K"],
-  ["gather", "stage", "K"],
   ["storeRows", "work", "K"],
   ["storeRows", "gs", "K"],
   ["storeTriangle", "tri", "K"],
@@ -225,14 +232,16 @@ export const SPLIT: KernelSet = {
   native: { groupedHeads: true, packed: true },
   workgroupSize: WORKGROUP_SIZE,
   workgroupBytes: Math.max(
-    4 * (SHARED_FLOATS + STAGE_FLOATS),
+    2 * PREP_HALF * 16,
     SCAN_VEC4 * 16,
     (TILE_A_VEC4 + TILE_B_VEC4) * 16,
   ),
   constants: {
-    SHARED: SHARED_FLOATS,
-    STAGE: STAGE_FLOATS,
+    PREP_HALF,
+    PREP_VEC4: 2 * PREP_HALF,
     LP_BLOCK,
+    LP_STRIDE,
+    LP_OPERAND,
     MM_SLICE,
     E_BLOCK,
     SCAN_STATE_VEC4,
