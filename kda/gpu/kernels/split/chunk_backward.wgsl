@@ -395,7 +395,25 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     gsStoreTri(gBase + gTL(), blk4.r, blk4.c, dl * -1.0, cv, 1u);
   }
   // ABLATE bD }
-  stageBarrier();
+}
+
+// ---- pairwiseGrads: Stage E in a dispatch of its own, so that its registers do not set the
+// residency of the other stages ----
+
+@compute @workgroup_size(256)
+fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+  let gBase = at.wid * gsSize();
+  let nRG = (cv + 3u) / 4u;
+  let nDG = (p.K + 3u) / 4u;
+  let last = cv - 1u;
 
   // Stage E, elementwiseGrads + pairwiseGrads: the pieces of dq, dk, dG and dbeta, a tile of 4
   // rows r.. x 4 channels d.. an invocation, 16 row quads x 16 channel quads a turn. The pairwise
@@ -654,7 +672,24 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     }
   }
   // ABLATE bE }
-  stageBarrier();
+}
+
+// ---- gateCumsumBackward: Stage F, a dispatch of its own as Stage E ----
+
+@compute @workgroup_size(256)
+fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+  let gBase = at.wid * gsSize();
+  let nRG = (cv + 3u) / 4u;
+  let nDG = (p.K + 3u) / 4u;
+  let last = cv - 1u;
 
   // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel
   // ABLATE bF {
