@@ -415,156 +415,48 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
   let nDG = (p.K + 3u) / 4u;
   let last = cv - 1u;
 
-  // Stage E, elementwiseGrads + pairwiseGrads: the pieces of dq, dk, dG and dbeta, a tile of 4
-  // rows r.. x 4 channels d.. an invocation, 16 row quads x 16 channel quads a turn. The pairwise
-  // sums run in two parts. Pairs of rows in different E_BLOCK blocks are products staged in
-  // workgroup memory, one block of the contraction at a time, the decays factored through the
-  // blocks' anchor rows (f the first row of the later block I, e the last of the earlier J):
-  //   E_{r s} = A_r e^{G_f - G_e} F_s     (r in I, s in J < I; A, F from Stage E's factors)
-  // one exp per channel for a pair of blocks. Pairs inside one block are formed per tile as
-  // before, through an anchor row inside the 4-row tile:
-  //   rows s < r in r's own block:  E_{r_i s} = e^{G_ri - G_r} e^{G_r - G_s}
-  //   rows r' > r_last in the block: E_{r' r_i} = e^{G_r' - G_rlast} e^{G_rlast - G_ri}
-  // Every exponent is <= 0. Pairs inside the 4-row tile are formed directly. The diagonal s = r
-  // has E = 1 and is added apart: its two contributions to dG (at both ends of the pair) cancel
-  // exactly and are left out.
+  // Stage E, elementwiseGrads + pairwiseGrads: the pieces of dq, dk, dG and dbeta, a block of 4
+  // rows r.. x 4 channels d.. at a time. The pairwise sums factor each decay through anchor rows,
+  // so that no exp is left in the long loops:
+  //   rows s < r in an earlier E_BLOCK block J (last row e):  E_{r_i s} = e^{G_ri - G_r} e^{G_r - G_e} F_s
+  //   rows s < r in r's own block:                            E_{r_i s} = e^{G_ri - G_r} e^{G_r - G_s}
+  //   rows r' > r_last in r's own block:                      E_{r' r_i} = e^{G_r' - G_rlast} e^{G_rlast - G_ri}
+  //   rows r' in a later block I (first row f):               E_{r' r_i} = A_r' e^{G_f - G_rlast} e^{G_rlast - G_ri}
+  // with F and A from Stage E's factors, one exp per block J or I and the block's own rows formed
+  // directly. Every exponent is <= 0. Pairs inside the 4-row block are formed directly. The
+  // diagonal s = r has E = 1 and is added apart: its two contributions to dG (at both ends of the
+  // pair) cancel exactly and are left out.
   // ABLATE bE {
-  let lReg = gBase + gTL();
-  let pReg = gBase + gP();
-  let KQ = (p.K + 3u) / 4u;
-  let nBlk = (cv + E_BLOCK - 1u) / E_BLOCK;
-  let tq = lid / 16u;
-  let tc = lid % 16u;
-  let tileRow = 4u * tq;
-  let tileBlock = tileRow / E_BLOCK;
-  for (var w0 = 0u; w0 < KQ; w0 += 16u) {
-    let mine = tileRow < cv && w0 + tc < KQ;
-    let d = 4u * (w0 + tc);
-    let tRows = rows4(tileRow, last);
-    var rlO = mat4x4f();
-    var rpO = mat4x4f();
-    var clO = mat4x4f();
-    var cpO = mat4x4f();
-    for (var bk = 0u; bk < nBlk; bk++) {
-      let b0 = E_BLOCK * bk;
-      if (bk + 1u < nBlk) {
-        // rows of later blocks against the columns of block bk (full: a block follows it):
-        // tileA [2][16 columns s][16 row quads] of dL and dP, tileB [16 s][16 channel quads] of
-        // k F, then G at the block's last row (hi, lo)
-        for (var e = lid; e < 512u; e += WG) {
-          let ss = e % 16u;
-          let q4 = (e / 16u) % 16u;
-          let rr = 4u * q4 + vec4u(0u, 1u, 2u, 3u);
-          let region = select(lReg, pReg, e >= 256u);
-          let value = gsAt4(region + b0 + ss, min(rr, vec4u(last)) * p.C);
-          tileA[(e / 256u) * 256u + ss * 16u + q4] = select(vec4f(0.0), value, rr < vec4u(cv));
-        }
-        for (var e = lid; e < 256u; e += WG) {
-          let srow = b0 + e / 16u;
-          let dd = 4u * (w0 + e % 16u);
-          tileB[e] = kK4(aK() + qrow(at, srow) * p.K, dd) * gsK4(gBase + gW() + srow * p.K, dd);
-          if (e < 16u) {
-            let eRow = b0 + E_BLOCK - 1u;
-            tileB[256u + e] = workK4(base + wG() + eRow * p.K, dd);
-            tileB[272u + e] = workK4(base + wGlo() + eRow * p.K, dd);
-          }
-        }
-        workgroupBarrier();
-        if (mine && tileBlock > bk) {
-          var tl = mat4x4f();
-          var tp = mat4x4f();
-          for (var ss = 0u; ss < 16u; ss++) {
-            let kf = tileB[ss * 16u + tc];
-            tl = tileFma(tl, tileA[ss * 16u + tq], kf);
-            tp = tileFma(tp, tileA[256u + ss * 16u + tq], kf);
-          }
-          let f = E_BLOCK * tileBlock;
-          let mid = decay4(
-            (workK4(base + wG() + f * p.K, d) - tileB[256u + tc]) + (workK4(base + wGlo() + f * p.K, d) - tileB[272u + tc]),
-          );
-          rlO += tileScaleCols(tl, mid);
-          rpO += tileScaleCols(tp, mid);
-        }
-        workgroupBarrier();
-      }
-      if (bk > 0u) {
-        // the rows of block bk against the columns of earlier blocks: tileA [2][16 rows r][16
-        // column quads] of dL and dP, tileB [2][16 r][16 channel quads] of beta k A and q A, then
-        // G at the block's first row (hi, lo)
-        for (var e = lid; e < 512u; e += WG) {
-          let sq = e % 16u;
-          let r = b0 + (e / 16u) % 16u;
-          let region = select(lReg, pReg, e >= 256u);
-          var value = vec4f(0.0);
-          if (r < cv && 4u * sq < b0) {
-            value = gsAt4(region + r * p.C + 4u * sq, vec4u(0u, 1u, 2u, 3u));
-          }
-          tileA[e] = value;
-        }
-        for (var e = lid; e < 512u; e += WG) {
-          let r = b0 + (e / 16u) % 16u;
-          let dd = 4u * (w0 + e % 16u);
-          var value = vec4f(0.0);
-          if (r < cv) {
-            let a = gsK4(gBase + gA() + r * p.K, dd);
-            if (e < 256u) {
-              value = beta[aBeta() + vrow(at, r)] * kK4(aK() + qrow(at, r) * p.K, dd) * a;
-            } else {
-              value = qK4(aQ() + qrow(at, r) * p.K, dd) * a;
-            }
-          }
-          tileB[e] = value;
-          if (e < 16u) {
-            tileB[512u + e] = workK4(base + wG() + b0 * p.K, dd);
-            tileB[528u + e] = workK4(base + wGlo() + b0 * p.K, dd);
-          }
-        }
-        workgroupBarrier();
-        if (mine && tileBlock < bk) {
-          var tl = mat4x4f();
-          var tp = mat4x4f();
-          for (var rr = 0u; rr < 16u; rr++) {
-            tl = tileFma(tl, tileA[rr * 16u + tq], tileB[rr * 16u + tc]);
-            tp = tileFma(tp, tileA[256u + rr * 16u + tq], tileB[256u + rr * 16u + tc]);
-          }
-          let e = E_BLOCK * tileBlock + E_BLOCK - 1u;
-          let mid = decay4(
-            (tileB[512u + tc] - workK4(base + wG() + e * p.K, d)) + (tileB[528u + tc] - workK4(base + wGlo() + e * p.K, d)),
-          );
-          clO += tileScaleCols(tl, mid);
-          cpO += tileScaleCols(tp, mid);
-        }
-        workgroupBarrier();
-      }
-    }
-    if (!mine) {
-      continue;
-    }
-    // the factors of the tile's own rows: A on the row terms, F on the column terms
-    for (var i = 0u; i < 4u; i++) {
-      let at4 = tRows[i] * p.K;
-      rlO[i] = rlO[i] * gsK4(gBase + gA() + at4, d);
-      rpO[i] = rpO[i] * gsK4(gBase + gA() + at4, d);
-      clO[i] = clO[i] * gsK4(gBase + gW() + at4, d);
-      cpO[i] = cpO[i] * gsK4(gBase + gW() + at4, d);
-    }
-    let blk4 = Block(tileRow, d, tRows, tRows);
+  for (var blk = lid; blk < nRG * nDG; blk += WG) {
+    let blk4 = blockOf(blk, nDG, last);
     let r = blk4.r;
+    let d = blk4.c;
     let rc1 = blk4.rows.y;
     let rc2 = blk4.rows.z;
     let rc3 = blk4.rows.w;
     // the E_BLOCK block of the 4 rows: its first row and the row past its end
-    let f = E_BLOCK * tileBlock;
+    let f = E_BLOCK * (r / E_BLOCK);
     let fEnd = min(f + E_BLOCK, cv);
     let gh0 = workK4(base + wG() + r * p.K, d);
     let gl0 = workK4(base + wGlo() + r * p.K, d);
     let gh3 = workK4(base + wG() + rc3 * p.K, d);
     let gl3 = workK4(base + wGlo() + rc3 * p.K, d);
+    let lReg = gBase + gTL();
+    let pReg = gBase + gP();
 
-    // row terms inside the block: sum_{f <= s < r_i} dL_{r_i s} k_s E_{r_i s} (and the same
-    // with dP), through the anchor r
+    // row terms: sum_{s < r_i} dL_{r_i s} k_s E_{r_i s} (and the same with dP), through the
+    // anchor r; first the earlier blocks, then r's own block
     var rl = mat4x4f();
     var rp = mat4x4f();
+    for (var j0 = 0u; j0 < f; j0 += E_BLOCK) {
+      let jl = j0 + E_BLOCK - 1u;
+      let mid = decay4((gh0 - workK4(base + wG() + jl * p.K, d)) + (gl0 - workK4(base + wGlo() + jl * p.K, d)));
+      for (var s = j0; s <= jl; s++) {
+        let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gsK4(gBase + gW() + s * p.K, d) * mid);
+        rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
+        rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
+      }
+    }
     for (var s = f; s < r; s++) {
       let gs4 = workK4(base + wG() + s * p.K, d);
       let gls4 = workK4(base + wGlo() + s * p.K, d);
@@ -573,8 +465,8 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
     }
 
-    // column terms inside the block: sum_{r_last < r' < fEnd} beta_r' dL_{r' r_i} k_r' E_{r' r_i}
-    // (and dP with q_r'), through the anchor r_last
+    // column terms: sum_{r' > r_i} beta_r' dL_{r' r_i} k_r' E_{r' r_i} (and dP with q_r'), through
+    // the anchor r_last; first r's own block, then the later blocks
     var cl = mat4x4f();
     var cp = mat4x4f();
     for (var rr = rc3 + 1u; rr < fEnd; rr++) {
@@ -585,6 +477,17 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
       cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
       cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
+    }
+    for (var i0 = fEnd; i0 < cv; i0 += E_BLOCK) {
+      let mid = decay4((workK4(base + wG() + i0 * p.K, d) - gh3) + (workK4(base + wGlo() + i0 * p.K, d) - gl3));
+      let i1 = min(i0 + E_BLOCK, cv);
+      for (var rr = i0; rr < i1; rr++) {
+        let e = gsK4(gBase + gA() + rr * p.K, d) * mid;
+        let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
+        let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
+        cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
+        cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
+      }
     }
 
     // the block's own rows, loaded after the long loops (fewer registers held through them)
@@ -653,11 +556,6 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       cl[2] += b3 * gs[lReg + rc3 * p.C + rc2] * k3 * e32;
       cp[2] += gs[pReg + rc3 * p.C + rc2] * q3 * e32;
     }
-    // and the pairs of different blocks
-    rl += rlO;
-    rp += rpO;
-    cl += clO;
-    cp += cpO;
     let ghL = workK4(base + wG() + last * p.K, d);
     let glL = workK4(base + wGlo() + last * p.K, d);
     elementwiseGrads(gBase, row0, r, d, cv, k0, q0, gh0, gl0, ghL, glL, rl[0], rp[0], cl[0], cp[0]);
