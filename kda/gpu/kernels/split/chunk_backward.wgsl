@@ -136,6 +136,31 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     }
     gs[gBase + gGam() + d] = acc;
   }
+}
+
+// ---- pairProductsV: dP and M, a dispatch of its own (as every stage here: one stage's registers do not set the residency of another) ----
+
+@compute @workgroup_size(256)
+fn pairProductsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+  let sBlock = at.wid * stateSize();
+  let sBase = sBlock + sS();
+  let bBase = at.wid * bwSize();
+  let gBase = at.wid * gsSize();
+  let nRG = (cv + 3u) / 4u;
+  let nDG = (p.K + 3u) / 4u;
+  let nJG = (p.V + 3u) / 4u;
+  let last = cv - 1u;
+  let lanes = vec4u(0u, 1u, 2u, 3u);
+  let rowsOk = vec4u(cv);
+
   // dP = lower_incl(dO Vn^T), M = lower_incl(dVn V^T) as tiled products over slices of the V
   // columns: dO and dVn rows in tileA, Vn and V rows (the columns s of the products) in tileB;
   // tiles of 4 rows x 8 columns, the first 128 invocations on dP, the next 128 on M (C = 64)
@@ -184,6 +209,31 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     }
   }
   // ABLATE bPM }
+}
+
+// ---- valueGradsV: dv, a dispatch of its own ----
+
+@compute @workgroup_size(256)
+fn valueGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+  let sBlock = at.wid * stateSize();
+  let sBase = sBlock + sS();
+  let bBase = at.wid * bwSize();
+  let gBase = at.wid * gsSize();
+  let nRG = (cv + 3u) / 4u;
+  let nDG = (p.K + 3u) / 4u;
+  let nJG = (p.V + 3u) / 4u;
+  let last = cv - 1u;
+  let lanes = vec4u(0u, 1u, 2u, 3u);
+  let rowsOk = vec4u(cv);
+
   // dV = beta (.) T^T dVn (4 rows s x 4 columns j a block; T_rs = 0 for r < s)
   // ABLATE bdV {
   for (var blk = lid; blk < nRG * nJG; blk += WG) {

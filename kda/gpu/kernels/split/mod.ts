@@ -389,8 +389,20 @@ export const SPLIT: KernelSet = {
       {
         entry: "chunkGradsV",
         grid: chunkGrid,
-        uses: ["k", "v", "beta", "chunks", "work", "tri", "states", "dout", "bw", "gs", "dv"],
-        sections: ["bA", "bPM", "bdV"],
+        uses: ["k", "chunks", "work", "states", "dout", "bw", "gs"],
+        sections: ["bA"],
+      },
+      {
+        entry: "pairProductsV",
+        grid: chunkGrid,
+        uses: ["v", "chunks", "states", "dout", "bw", "gs"],
+        sections: ["bPM"],
+      },
+      {
+        entry: "valueGradsV",
+        grid: chunkGrid,
+        uses: ["beta", "chunks", "tri", "bw", "dv"],
+        sections: ["bdV"],
       },
       {
         entry: "chunkGradsK",
