@@ -140,6 +140,12 @@ fn gateSumJoin(a: GateSum, b: GateSum) -> GateSum {
   return GateSum(a.hi + b.hi + select(0i, 1i, lo < b.lo), lo);
 }
 
+// a - b of two running sums (64-bit integer subtraction: exact), for a partial sum of gates formed
+// without the difference of two large floats (which a compiler may also regroup, docs/kda.md 2.2)
+fn gateSumSub(a: GateSum, b: GateSum) -> GateSum {
+  return GateSum(a.hi - b.hi - select(0i, 1i, a.lo < b.lo), a.lo - b.lo);
+}
+
 // A running sum as four f32s, each a 16-bit half of hi or lo (exact), for workgroup memory.
 fn gateSumPack(a: GateSum) -> vec4f {
   let hi = bitcast<u32>(a.hi);

@@ -17,50 +17,75 @@
 // of blocks. Pairs inside one block are formed directly (six exps per channel), and those blocks'
 // channels are split over four invocations whose partial sums are added in a fixed order.
 
-// The gate sums of one channel over rows [r0, r1) of the chunk, added to acc in row order; the
-// loads are issued four rows ahead of the chain of integer adds. With store, each G_r is written.
-fn gateRun(at: ChunkAt, base: u32, d: u32, r0: u32, r1: u32, start: GateSum, store: bool) -> GateSum {
-  var acc = start;
-  let col = aG() + d;
-  for (var r = r0; r < r1; r += 4u) {
-    let top = r1 - 1u;
-    let g0 = g[col + vrow(at, r) * p.K];
-    let g1 = g[col + vrow(at, min(r + 1u, top)) * p.K];
-    let g2 = g[col + vrow(at, min(r + 2u, top)) * p.K];
-    let g3 = g[col + vrow(at, min(r + 3u, top)) * p.K];
-    acc = gateSumAdd(acc, g0);
-    if (store) { gateStore(base, r, d, acc); }
-    if (r + 1u < r1) {
-      acc = gateSumAdd(acc, g1);
-      if (store) { gateStore(base, r + 1u, d, acc); }
-    }
-    if (r + 2u < r1) {
-      acc = gateSumAdd(acc, g2);
-      if (store) { gateStore(base, r + 2u, d, acc); }
-    }
-    if (r + 3u < r1) {
-      acc = gateSumAdd(acc, g3);
-      if (store) { gateStore(base, r + 3u, d, acc); }
-    }
-  }
-  return acc;
+// gateCumsum and gateFactors run over slices of CS_BLOCK channels staged in prep (floats): g, and
+// q and k for the factors, row r of the slice at r CS_BLOCK (all 256 invocations loading
+// neighbouring floats of a row at once), then the totals of the row parts. A channel's rows are cut
+// into WG / CS_BLOCK parts of C / 8 rows, one invocation each.
+const CS_BLOCK: u32 = 32u;
+const CS_Q: u32 = 2048u;
+const CS_K: u32 = 4096u;
+// vec4 index of the parts' totals (gateSumPack), part j of channel dd at CS_TOTALS + j CS_BLOCK + dd
+const CS_TOTALS: u32 = 1536u;
+
+// The substitution matrix in prep (floats): T_ij at i SUB + j below the diagonal, L_ij (and then
+// the blocks Z of the blocked inverse) at j SUB + i above it. The stride is padded by one float so
+// that a warp reading down a column of either triangle touches 32 different banks.
+fn subStride() -> u32 {
+  return p.C + 1u;
 }
 
-fn gateStore(base: u32, r: u32, d: u32, acc: GateSum) {
-  work[base + wG() + r * p.K + d] = gateSumHi(acc);
-  work[base + wGlo() + r * p.K + d] = gateSumLo(acc);
+// L_ij (i > j) as the substitution reads it: zero in rows past the valid ones, which the pairwise
+// products leave unwritten (so T's rows there are finite, and are never read for valid rows).
+fn substL(i: u32, j: u32, cv: u32) -> f32 {
+  return select(0.0, prepF(j * subStride() + i), i < cv);
 }
 
 // Row r of a strictly lower tile of L (columns sb..), stored transposed into the upper triangle
-// of the substitution matrix (prep floats s C + r): its strict lower triangle will hold T.
+// of the substitution matrix: its strict lower triangle will hold T.
 fn storeLtRow(r: u32, sb: u32, v: vec4f, cv: u32) {
   if (r >= cv) {
     return;
   }
-  if (sb < r) { prepSet(sb * p.C + r, v.x); }
-  if (sb + 1u < r) { prepSet((sb + 1u) * p.C + r, v.y); }
-  if (sb + 2u < r) { prepSet((sb + 2u) * p.C + r, v.z); }
-  if (sb + 3u < r) { prepSet((sb + 3u) * p.C + r, v.w); }
+  let sub = subStride();
+  if (sb < r) { prepSet(sb * sub + r, v.x); }
+  if (sb + 1u < r) { prepSet((sb + 1u) * sub + r, v.y); }
+  if (sb + 2u < r) { prepSet((sb + 2u) * sub + r, v.z); }
+  if (sb + 3u < r) { prepSet((sb + 3u) * sub + r, v.w); }
+}
+
+// The off-diagonal 16 x 16 block pair q of the blocked inverse (row block bi > column block bk,
+// in the order (1, 0), (2, 0), (2, 1), (3, 0), ...)
+fn blockPair(q: u32) -> vec2u {
+  var bi = 1u;
+  while ((bi + 1u) * bi / 2u <= q) {
+    bi += 1u;
+  }
+  return vec2u(bi, q - bi * (bi - 1u) / 2u);
+}
+
+// Entry e of Z = T_ii L_ik over the off-diagonal blocks (256 entries a block, rows fastest): the
+// diagonal block inverse T_ii (unit lower) applied to the block of L below it, summed in
+// ascending column of T_ii. Zero past the blocks.
+fn substZ(e: u32, nZ: u32, cv: u32) -> f32 {
+  if (e >= nZ) {
+    return 0.0;
+  }
+  let pair = blockPair(e / 256u);
+  let i0 = 16u * pair.x;
+  let r = i0 + e % 16u;
+  let col = 16u * pair.y + (e / 16u) % 16u;
+  let sub = subStride();
+  var z = substL(r, col, cv);
+  for (var m = i0; m < r; m++) {
+    z = fma(prepF(r * sub + m), substL(m, col, cv), z);
+  }
+  return z;
+}
+
+// Where entry e of Z replaces L_ik (its float in prep)
+fn substZAt(e: u32) -> u32 {
+  let pair = blockPair(e / 256u);
+  return (16u * pair.y + (e / 16u) % 16u) * subStride() + 16u * pair.x + e % 16u;
 }
 
 // T diag(beta) for rows 4 rq.. of column s (s = e % C, rq = e / C: neighbouring invocations read
@@ -75,7 +100,7 @@ fn tQuad(at: ChunkAt, tbase: u32, e: u32) -> vec4f {
     return t;
   }
   let rows = 4u * rq + vec4u(0u, 1u, 2u, 3u);
-  let m = prepAt4(s, min(rows, vec4u(p.C - 1u)) * p.C);
+  let m = prepAt4(s, min(rows, vec4u(p.C - 1u)) * subStride());
   t = select(select(vec4f(0.0), vec4f(1.0), rows == vec4u(s)), m, rows > vec4u(s));
   let ok = rows < vec4u(at.cv);
   t = select(vec4f(0.0), t, ok);
@@ -92,10 +117,18 @@ fn tSlot(e: u32) -> u32 {
   return (e % p.C) * (p.C / 4u) + e / p.C;
 }
 
-// Kg = K (.) Gamma at row s, channels j..j + 3 (zero past K)
-fn kgCols(at: ChunkAt, base: u32, s: u32, j: u32) -> vec4f {
-  let gam = decay4(workK4(base + wG() + s * p.K, j) + workK4(base + wGlo() + s * p.K, j));
-  return kK4(aK() + qrow(at, s) * p.K, j) * gam;
+// Entry e of a staged slice of W's or U's right operand (sd rows from s0, nq vec4 columns from
+// vec4 column q0): K (.) Gamma, left in W by gateFactors, or V; zero past the valid rows.
+fn wuValue(at: ChunkAt, base: u32, which: u32, s0: u32, sd: u32, q0: u32, nq: u32, e: u32) -> vec4f {
+  let s = s0 + e / nq;
+  let j = 4u * (q0 + e % nq);
+  if (e >= sd * nq || s >= at.cv) {
+    return vec4f(0.0);
+  }
+  if (which == 0u) {
+    return workK4(base + wW() + s * p.K, j);
+  }
+  return vCols(aV() + vrow(at, s) * p.V, j);
 }
 
 @compute @workgroup_size(256)
@@ -109,40 +142,81 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let last = cv - 1u;
   let base = at.wid * workSize();
   let tbase = at.wid * triSize();
-  // float offset of the second half of prep (the staged operands)
-  let stg = 4u * PREP_HALF;
 
-  // gateCumsum: G_r = sum_{s <= r} g_s per channel in token order, in fixed point (gateSumAdd).
-  // The rows are cut into np parts (np channels' worth of invocations, up to 4, as K allows):
-  // each part sums its rows, the totals meet in prep, and each part then restarts from the sum of
-  // the parts before it (joined in part order). Integer sums are exact, so the bits are those of
-  // one pass.
-  let np = select(select(1u, 2u, p.K <= WG / 2u), 4u, p.K <= WG / 4u);
-  let rp = p.C / np;
+  // gateCumsum: G_r = sum_{s <= r} g_s per channel in token order, in fixed point (gateSumAdd),
+  // over slices of CS_BLOCK channels staged in prep. Each of a channel's eight parts sums its rows
+  // from workgroup memory, the totals meet in prep, and each part then restarts from the sum of the
+  // parts before it. Integer sums are exact, so the bits are those of one pass, and G_C (the sum
+  // of all parts) is known to every part: gateFactors runs in the same pass, with no second read
+  // of G from memory.
+  let rp = p.C / (WG / CS_BLOCK);
+  let csd = lid % CS_BLOCK;
+  let part = lid / CS_BLOCK;
   // ABLATE cumsum {
-  for (var e = lid; e < np * p.K; e += WG) {
-    let d = e % p.K;
-    let part = e / p.K;
-    let r0 = min(part * rp, cv);
-    let r1 = min(r0 + rp, cv);
-    if (part + 1u < np) {
-      prep[stg / 4u + e] = gateSumPack(gateRun(at, base, d, r0, r1, GateSum(0i, 0u), false));
+  for (var d0 = 0u; d0 < p.K; d0 += CS_BLOCK) {
+    let d = d0 + csd;
+    for (var e = lid; e < cv * CS_BLOCK; e += WG) {
+      let r = e / CS_BLOCK;
+      let dc = d0 + e % CS_BLOCK;
+      var gv = 0.0;
+      var qv = 0.0;
+      var kv = 0.0;
+      if (dc < p.K) {
+        gv = g[aG() + vrow(at, r) * p.K + dc];
+        // ABLATE factors {
+        let row = qrow(at, r) * p.K + dc;
+        qv = q[aQ() + row];
+        kv = k[aK() + row];
+        // ABLATE factors }
+      }
+      prepSet(e, gv);
+      prepSet(CS_Q + e, qv);
+      prepSet(CS_K + e, kv);
     }
-  }
-  workgroupBarrier();
-  for (var e = lid; e < np * p.K; e += WG) {
-    let d = e % p.K;
-    let part = e / p.K;
+    workgroupBarrier();
     let r0 = min(part * rp, cv);
     let r1 = min(r0 + rp, cv);
     var acc = GateSum(0i, 0u);
-    for (var j = 0u; j < part; j++) {
-      acc = gateSumJoin(acc, gateSumUnpack(prep[stg / 4u + j * p.K + d]));
+    for (var r = r0; r < r1; r++) {
+      acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
     }
-    acc = gateRun(at, base, d, r0, r1, acc, true);
-    if (r0 < r1 && r1 == cv) {
-      work[base + wGam() + d] = decay(gateSumHi(acc) + gateSumLo(acc));
+    prep[CS_TOTALS + lid] = gateSumPack(acc);
+    workgroupBarrier();
+    var total = GateSum(0i, 0u);
+    acc = GateSum(0i, 0u);
+    for (var j = 0u; j < WG / CS_BLOCK; j++) {
+      if (j == part) {
+        acc = total;
+      }
+      total = gateSumJoin(total, gateSumUnpack(prep[CS_TOTALS + j * CS_BLOCK + csd]));
     }
+    if (d < p.K) {
+      for (var r = r0; r < r1; r++) {
+        acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
+        let hi = gateSumHi(acc);
+        let lo = gateSumLo(acc);
+        let i = base + r * p.K + d;
+        work[wG() + i] = hi;
+        work[wGlo() + i] = lo;
+        // gateFactors: Qg = scale Q (.) Gamma, Kd = K (.) e^{G_C - G}, and K (.) Gamma left in W
+        // (the right operand W's product stages, before W replaces it). G_C - G_r is the integer
+        // sum of the gates after row r, exact before its one rounding: formed from the floats hi
+        // and lo, a compiler may regroup it around the G_r beside it (e^{G_r}) and lose it.
+        // ABLATE factors {
+        let rest = gateSumSub(total, acc);
+        let f = decay4(vec4f(hi + lo, gateSumHi(rest) + gateSumLo(rest), 0.0, 0.0));
+        let kv = prepF(CS_K + r * CS_BLOCK + csd);
+        work[wQg() + i] = p.scale * prepF(CS_Q + r * CS_BLOCK + csd) * f.x;
+        work[wKd() + i] = kv * f.y;
+        work[wW() + i] = kv * f.x;
+        // ABLATE factors }
+      }
+      if (part == 0u) {
+        work[base + wGam() + d] = decay(gateSumHi(total) + gateSumLo(total));
+      }
+    }
+    // the next slice overwrites the staged rows and the totals
+    workgroupBarrier();
   }
   // ABLATE cumsum }
   stageBarrier();
@@ -298,35 +372,71 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
       tri[tbase + rP() + r * p.C + s] = 0.0;
     }
   }
-  // gateFactors: Qg = scale Q (.) Gamma, Kd = K (.) e^{G_C - G} (W takes K (.) Gamma as it stages)
-  // ABLATE factors {
-  for (var e = lid; e < cv * p.K; e += WG) {
-    let r = e / p.K;
-    let d = e % p.K;
-    let row = qrow(at, r) * p.K + d;
-    work[base + wQg() + r * p.K + d] = p.scale * q[aQ() + row] * gammaOf(base, r, d);
-    work[base + wKd() + r * p.K + d] = k[aK() + row] * decay(gateDiff(base, last, r, d));
-  }
-  // ABLATE factors }
   workgroupBarrier();
 
-  // T = (I + L)^(-1) by forward substitution in workgroup memory, one row of T final per step:
-  // at step m every later row i takes its term in each column j <= m (T_im = -L_im, first
-  // written then), so each entry sums in ascending m. prep floats hold T_ij at i C + j below the
-  // diagonal and L_ij at j C + i above it (stored by the pairwise products): a step reads row m
-  // only and writes rows below it.
+  // T = (I + L)^(-1) as a blocked inverse in workgroup memory (subStride's layout: T below the
+  // diagonal, L above it, stored by the pairwise products), in C / 16 row blocks of 16:
+  // 1. each diagonal block's inverse T_ii by forward substitution, all blocks at once: at step m
+  //    every later row i of the block takes its term in each column j <= m (T_im = -L_im, first
+  //    written then), so each entry sums in ascending m; 15 barrier-separated steps in all;
+  // 2. Z_ik = T_ii L_ik for each block of L below the diagonal, replacing L_ik;
+  // 3. the blocks below the diagonal by their distance d from it, those of one distance at once:
+  //    T_ij = -sum_{j <= k < i} Z_ik T_kj (from (I + L) T = I), which reads only nearer blocks.
+  // Some 20 barriers instead of one per row of the chunk.
   // ABLATE subst {
-  for (var m = 0u; m + 1u < cv; m++) {
-    let cols = m + 1u;
-    for (var e = lid; e < (cv - cols) * cols; e += WG) {
-      let i = cols + e / cols;
-      let j = e % cols;
-      let lim = prepF(m * p.C + i);
+  let sub = subStride();
+  let nb = p.C / 16u;
+  for (var m = 0u; m < 15u; m++) {
+    let cnt = (15u - m) * (m + 1u);
+    if (lid < nb * cnt) {
+      let b0 = 16u * (lid / cnt);
+      let e = lid % cnt;
+      let i = b0 + m + 1u + e / (m + 1u);
+      let j = b0 + e % (m + 1u);
+      let lim = substL(i, b0 + m, cv);
       var t = -lim;
-      if (j < m) {
-        t = prepF(i * p.C + j) - lim * prepF(m * p.C + j);
+      if (j < b0 + m) {
+        t = prepF(i * sub + j) - lim * prepF((b0 + m) * sub + j);
       }
-      prepSet(i * p.C + j, t);
+      prepSet(i * sub + j, t);
+    }
+    workgroupBarrier();
+  }
+  // nb (nb - 1) / 2 blocks of 256 entries: at most six an invocation, all read before any is
+  // written over the L it reads
+  let nZ = nb * (nb - 1u) / 2u * 256u;
+  if (nZ > 0u) {
+    let z0 = substZ(lid, nZ, cv);
+    let z1 = substZ(lid + WG, nZ, cv);
+    let z2 = substZ(lid + 2u * WG, nZ, cv);
+    let z3 = substZ(lid + 3u * WG, nZ, cv);
+    let z4 = substZ(lid + 4u * WG, nZ, cv);
+    let z5 = substZ(lid + 5u * WG, nZ, cv);
+    workgroupBarrier();
+    if (lid < nZ) { prepSet(substZAt(lid), z0); }
+    if (lid + WG < nZ) { prepSet(substZAt(lid + WG), z1); }
+    if (lid + 2u * WG < nZ) { prepSet(substZAt(lid + 2u * WG), z2); }
+    if (lid + 3u * WG < nZ) { prepSet(substZAt(lid + 3u * WG), z3); }
+    if (lid + 4u * WG < nZ) { prepSet(substZAt(lid + 4u * WG), z4); }
+    if (lid + 5u * WG < nZ) { prepSet(substZAt(lid + 5u * WG), z5); }
+    workgroupBarrier();
+  }
+  for (var dist = 1u; dist < nb; dist++) {
+    // (nb - dist) blocks (j + dist, j), 256 entries each, rows fastest
+    for (var e = lid; e < (nb - dist) * 256u; e += WG) {
+      let j0 = 16u * (e / 256u);
+      let i0 = j0 + 16u * dist;
+      let r = i0 + e % 16u;
+      let col = j0 + (e / 16u) % 16u;
+      // k = j: T_jj is unit lower, so its column col starts at row col with 1
+      var acc = prepF(col * sub + r);
+      for (var m = col + 1u; m < j0 + 16u; m++) {
+        acc = fma(prepF(m * sub + r), prepF(m * sub + col), acc);
+      }
+      for (var m = j0 + 16u; m < i0; m++) {
+        acc = fma(prepF(m * sub + r), prepF(m * sub + col), acc);
+      }
+      prepSet(r * sub + col, -acc);
     }
     workgroupBarrier();
   }
@@ -346,51 +456,53 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   workgroupBarrier();
 
   // W = T diag(beta) (K (.) Gamma), U = T diag(beta) V as tiled products (common.wgsl's shape):
-  // 4 rows x 8 columns an invocation over MM_SLICE rows of the right operand staged as vec4s in
-  // the second half of prep; T is lower triangular, so a tile stops at its last row.
+  // 4 rows x 8 columns an invocation over slices of the right operand staged as vec4s in the
+  // second half of prep (PREP_HALF vec4s: 32 rows of 128 columns), all its loads issued at once;
+  // T is lower triangular, so a tile stops at its last row. A turn takes all row quads of the
+  // WG / (C / 4) 8-column groups it stages (at C = 64, 128 columns): W's turn reads K (.) Gamma
+  // only in its own columns, so it may write W there when done.
   let c4 = p.C / 4u;
+  let w8 = WG / c4;
+  let rq = lid % c4;
   // ABLATE wu {
   for (var which = 0u; which < 2u; which++) {
     let width = select(p.K, p.V, which == 1u);
-    let nq = (width + 3u) / 4u;
+    let nqAll = (width + 3u) / 4u;
     let nJ8 = (width + 7u) / 8u;
-    for (var turn = 0u; turn * WG < nRG * nJ8; turn++) {
-      let blk = lid + turn * WG;
-      let mine = blk < nRG * nJ8;
-      let rq = blk / nJ8;
-      let jq = 2u * (blk % nJ8);
+    for (var j80 = 0u; j80 < nJ8; j80 += w8) {
+      let q0 = 2u * j80;
+      let nq = min(2u * w8, nqAll - q0);
+      let sd = min(p.C, PREP_HALF / nq);
+      let jq = 2u * (lid / c4);
+      let mine = rq < nRG && j80 + lid / c4 < nJ8;
       var acc = Tile8(mat4x4f(), mat4x4f());
-      for (var s0 = 0u; s0 < cv; s0 += MM_SLICE) {
-        for (var e = lid; e < MM_SLICE * nq; e += WG) {
-          let s = s0 + e / nq;
-          let j = 4u * (e % nq);
-          var value = vec4f(0.0);
-          if (s < cv) {
-            if (which == 0u) {
-              value = kgCols(at, base, s, j);
-            } else {
-              value = vCols(aV() + vrow(at, s) * p.V, j);
-            }
-          }
-          prep[PREP_HALF + e] = value;
-        }
+      for (var s0 = 0u; s0 < cv; s0 += sd) {
+        // sd nq <= PREP_HALF = 4 WG: four vec4s an invocation, loaded before any is stored
+        let n4 = sd * nq;
+        let v0 = wuValue(at, base, which, s0, sd, q0, nq, lid);
+        let v1 = wuValue(at, base, which, s0, sd, q0, nq, lid + WG);
+        let v2 = wuValue(at, base, which, s0, sd, q0, nq, lid + 2u * WG);
+        let v3 = wuValue(at, base, which, s0, sd, q0, nq, lid + 3u * WG);
+        if (lid < n4) { prep[PREP_HALF + lid] = v0; }
+        if (lid + WG < n4) { prep[PREP_HALF + lid + WG] = v1; }
+        if (lid + 2u * WG < n4) { prep[PREP_HALF + lid + 2u * WG] = v2; }
+        if (lid + 3u * WG < n4) { prep[PREP_HALF + lid + 3u * WG] = v3; }
         workgroupBarrier();
         if (mine && 4u * rq + 4u > s0) {
-          let n = min(min(MM_SLICE, cv - s0), 4u * rq + 4u - s0);
+          let n = min(min(sd, cv - s0), 4u * rq + 4u - s0);
           acc = prepSlice(acc, s0 * c4 + rq, c4, PREP_HALF + jq, nq, n);
         }
         workgroupBarrier();
       }
       if (mine) {
         let region = base + select(wW(), wU(), which == 1u);
-        workStoreRows(region, 4u * rq, 4u * jq, acc.t0, cv, width);
-        workStoreRows(region, 4u * rq, 4u * jq + 4u, acc.t1, cv, width);
+        workStoreRows(region, 4u * rq, 4u * (q0 + jq), acc.t0, cv, width);
+        workStoreRows(region, 4u * rq, 4u * (q0 + jq) + 4u, acc.t1, cv, width);
       }
     }
   }
   // ABLATE wu }
 }
-
 // ---- stateScan: sequential over a sequence's chunks, one workgroup per (V tile, head, sequence) ----
 //
 // The VT columns of a tile form ng = VT / 4 vec4 column groups. Invocation lid owns column group
@@ -699,7 +811,18 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 
 // ---- chunkOutput: O = Qg S + P Vn, one workgroup per (chunk, head) ----
 //
-// Tiled products (common.wgsl): each output sums the channels in ascending order, then the rows.
+// Tiled products (common.wgsl's shape) staged in prep: a slice of sd contraction steps holds the
+// left operand's row quads (Qg, then P, C / 4 + 1 vec4s a step: padded, so that a warp's stores
+// down a column fall on different banks) and the right operand's columns (S^T, then Vn, nq + 1
+// vec4s a step), sd as large as prep allows (40 channels at C = 64, V = 128), so that the chunk
+// costs few rounds of loads and barriers. Each output sums the channels in ascending order, then
+// the rows; P is lower triangular, so a tile's rows stop at its last row.
+
+// The contraction steps of one of chunkOutput's slices: the prep vec4s a step takes, left and
+// right, rounded down to four steps, at most 64.
+fn outDepth(aS: u32, bS: u32) -> u32 {
+  return min(64u, (PREP_VEC4 / (aS + bS)) & ~3u);
+}
 
 @compute @workgroup_size(256)
 fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -713,77 +836,84 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   let tbase = at.wid * triSize();
   let sBlock = at.wid * stateSize();
   let nRQ = (cv + 3u) / 4u;
+  let c4 = p.C / 4u;
+  let aS = c4 + 1u;
   let VQ = (p.V + 3u) / 4u;
   let nJ8 = (p.V + 7u) / 8u;
   let lanes = vec4u(0u, 1u, 2u, 3u);
-  // tiles of 4 rows x 8 columns, one per invocation a turn (one turn up to V = 128 at C = 64)
-  for (var turn = 0u; turn * WG < nRQ * nJ8; turn++) {
-    let blk = lid + turn * WG;
-    let mine = blk < nRQ * nJ8;
-    let rq = blk / nJ8;
-    let jq = 2u * (blk % nJ8);
+  // a turn takes all row quads of WG / (C / 4) 8-column groups (one turn up to V = 128 at C = 64)
+  let w8 = WG / c4;
+  let rq = lid % c4;
+  let rows = 4u * rq;
+  for (var j80 = 0u; j80 < nJ8; j80 += w8) {
+    let q0 = 2u * j80;
+    let nq = min(2u * w8, VQ - q0);
+    let bS = nq + 1u;
+    let sd = outDepth(aS, bS);
+    let bAt = sd * aS;
+    let jq = 2u * (lid / c4);
+    let mine = rq < nRQ && j80 + lid / c4 < nJ8;
     var acc = Tile8(mat4x4f(), mat4x4f());
-    for (var s0 = 0u; s0 < p.K; s0 += MM_SLICE) {
-      // Qg slice, four rows a vec4; S^T slice (S is [V, K] in memory), four columns a vec4
+    for (var s0 = 0u; s0 < p.K; s0 += sd) {
+      // Qg slice, four rows a vec4; S^T slice (S is [V, K] in memory), four columns a vec4:
       // neighbouring invocations read neighbouring channels (coalesced), and store transposed
-      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
-        let dd = e % MM_SLICE;
+      for (var e = lid; e < sd * c4; e += WG) {
+        let dd = e % sd;
         let d = s0 + dd;
-        let rows = 4u * (e / MM_SLICE) + lanes;
+        let r4 = 4u * (e / sd) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
-          value = select(vec4f(0.0), workAt4(base + wQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
+          value = select(vec4f(0.0), workAt4(base + wQg() + d, min(r4, vec4u(cv - 1u)) * p.K), r4 < vec4u(cv));
         }
-        tileA[dd * 16u + e / MM_SLICE] = value;
+        prep[dd * aS + e / sd] = value;
       }
-      for (var e = lid; e < MM_SLICE * VQ; e += WG) {
-        let dd = e % MM_SLICE;
+      for (var e = lid; e < sd * nq; e += WG) {
+        let dd = e % sd;
         let d = s0 + dd;
-        let cols = 4u * (e / MM_SLICE) + lanes;
+        let cols = 4u * (q0 + e / sd) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
           value = select(vec4f(0.0), statesAt4(sBlock + sS() + d, min(cols, vec4u(p.V - 1u)) * p.K), cols < vec4u(p.V));
         }
-        tileB[dd * VQ + e / MM_SLICE] = value;
+        prep[bAt + dd * bS + e / sd] = value;
       }
       workgroupBarrier();
       if (mine) {
-        acc = mmSlice(acc, 0u, rq, jq, VQ, min(MM_SLICE, p.K - s0));
+        acc = prepSlice(acc, rq, aS, bAt + jq, bS, min(sd, p.K - s0));
       }
       workgroupBarrier();
     }
-    for (var s0 = 0u; s0 < cv; s0 += MM_SLICE) {
+    for (var s0 = 0u; s0 < cv; s0 += sd) {
       // P slice (zero above the diagonal), four rows a vec4; Vn slice, four columns a vec4
-      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
-        let ss = e % MM_SLICE;
+      for (var e = lid; e < sd * c4; e += WG) {
+        let ss = e % sd;
         let s = s0 + ss;
-        let rows = 4u * (e / MM_SLICE) + lanes;
+        let r4 = 4u * (e / sd) + lanes;
         var value = vec4f(0.0);
         if (s < cv) {
-          value = select(vec4f(0.0), triAt4(tbase + rP() + s, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
+          value = select(vec4f(0.0), triAt4(tbase + rP() + s, min(r4, vec4u(cv - 1u)) * p.C), r4 < vec4u(cv));
         }
-        tileA[ss * 16u + e / MM_SLICE] = value;
+        prep[ss * aS + e / sd] = value;
       }
-      for (var e = lid; e < MM_SLICE * VQ; e += WG) {
-        let s = s0 + e / VQ;
+      for (var e = lid; e < sd * nq; e += WG) {
+        let s = s0 + e / nq;
         var value = vec4f(0.0);
         if (s < cv) {
-          value = statesCols(sBlock + sVn() + s * p.V, 4u * (e % VQ));
+          value = statesCols(sBlock + sVn() + s * p.V, 4u * (q0 + e % nq));
         }
-        tileB[e] = value;
+        prep[bAt + (e / nq) * bS + e % nq] = value;
       }
       workgroupBarrier();
-      if (mine) {
-        acc = mmSlice(acc, 0u, rq, jq, VQ, min(MM_SLICE, cv - s0));
+      if (mine && rows + 4u > s0) {
+        acc = prepSlice(acc, rq, aS, bAt + jq, bS, min(min(sd, cv - s0), rows + 4u - s0));
       }
       workgroupBarrier();
     }
     if (mine) {
-      let r = 4u * rq;
-      let j = 4u * jq;
+      let j = 4u * (q0 + jq);
       for (var i = 0u; i < 4u; i++) {
-        if (r + i < cv) {
-          let row = aO() + vrow(at, r + i) * p.V;
+        if (rows + i < cv) {
+          let row = aO() + vrow(at, rows + i) * p.V;
           oStoreCols(row, j, acc.t0[i]);
           oStoreCols(row, j + 4u, acc.t1[i]);
         }

@@ -21,10 +21,12 @@ const LP_STRIDE = LP_BLOCK + 1;
 const LP_OPERAND = 16 * LP_STRIDE;
 /**
  * vec4s of each half of chunkPrep's workgroup array `prep` (common.wgsl): the first holds the
- * C x C substitution matrix and then T diag(beta) (C^2 / 4 vec4s at C = 64), the second the
- * MM_SLICE-row slices of W's and U's right operands (MM_SLICE x up to 256 / 4 vec4s). The seven
- * staged operands of the pairwise products (7 LP_OPERAND vec4s) span both halves, which hold
- * nothing else while they are in use.
+ * C x (C + 1) substitution matrix (its padded stride reaches a little into the second half while
+ * nothing else is there) and then T diag(beta) (C^2 / 4 vec4s at C = 64), the second the slices of
+ * W's and U's right operands (PREP_HALF vec4s: 32 rows of 128 columns). The gate sums' staged
+ * slices (g, q, k: 3 x 32 channels x C rows, then the parts' totals) and the seven staged
+ * operands of the pairwise products (7 LP_OPERAND vec4s) span both halves, which hold nothing
+ * else while they are in use. chunkOutput stages its slices in the whole array.
  */
 const PREP_HALF = 1024;
 if (7 * LP_OPERAND > 2 * PREP_HALF) throw new Error("the pairwise products' stage exceeds prep");
