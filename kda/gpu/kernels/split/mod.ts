@@ -45,6 +45,11 @@ const TILE_A_VEC4 = 512;
 const TILE_B_VEC4 = 1024;
 /** Channels (or value columns) per staged slice of the output and gradient products. */
 const MM_SLICE = 16;
+/**
+ * vec4s of chunkGradsV's own workgroup array (chunk_backward.wgsl): four left-operand slots of
+ * MM_SLICE x C / 4 vec4s and an MM_SLICE x 256 / 4 right-operand slice (32 KB).
+ */
+const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
 /** Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). */
 const E_BLOCK = 16;
 /** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
@@ -235,6 +240,7 @@ export const SPLIT: KernelSet = {
     2 * PREP_HALF * 16,
     SCAN_VEC4 * 16,
     (TILE_A_VEC4 + TILE_B_VEC4) * 16,
+    GV_VEC4 * 16,
   ),
   constants: {
     PREP_HALF,
@@ -243,6 +249,7 @@ export const SPLIT: KernelSet = {
     LP_STRIDE,
     LP_OPERAND,
     MM_SLICE,
+    GV_VEC4,
     E_BLOCK,
     SCAN_STATE_VEC4,
     SCAN_ROWS_VEC4,
