@@ -811,18 +811,7 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 
 // ---- chunkOutput: O = Qg S + P Vn, one workgroup per (chunk, head) ----
 //
-// Tiled products (common.wgsl's shape) staged in prep: a slice of sd contraction steps holds the
-// left operand's row quads (Qg, then P, C / 4 + 1 vec4s a step: padded, so that a warp's stores
-// down a column fall on different banks) and the right operand's columns (S^T, then Vn, nq + 1
-// vec4s a step), sd as large as prep allows (40 channels at C = 64, V = 128), so that the chunk
-// costs few rounds of loads and barriers. Each output sums the channels in ascending order, then
-// the rows; P is lower triangular, so a tile's rows stop at its last row.
-
-// The contraction steps of one of chunkOutput's slices: the prep vec4s a step takes, left and
-// right, rounded down to four steps, at most 64.
-fn outDepth(aS: u32, bS: u32) -> u32 {
-  return min(64u, (PREP_VEC4 / (aS + bS)) & ~3u);
-}
+// Tiled products (common.wgsl): each output sums the channels in ascending order, then the rows.
 
 @compute @workgroup_size(256)
 fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -836,84 +825,77 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   let tbase = at.wid * triSize();
   let sBlock = at.wid * stateSize();
   let nRQ = (cv + 3u) / 4u;
-  let c4 = p.C / 4u;
-  let aS = c4 + 1u;
   let VQ = (p.V + 3u) / 4u;
   let nJ8 = (p.V + 7u) / 8u;
   let lanes = vec4u(0u, 1u, 2u, 3u);
-  // a turn takes all row quads of WG / (C / 4) 8-column groups (one turn up to V = 128 at C = 64)
-  let w8 = WG / c4;
-  let rq = lid % c4;
-  let rows = 4u * rq;
-  for (var j80 = 0u; j80 < nJ8; j80 += w8) {
-    let q0 = 2u * j80;
-    let nq = min(2u * w8, VQ - q0);
-    let bS = nq + 1u;
-    let sd = outDepth(aS, bS);
-    let bAt = sd * aS;
-    let jq = 2u * (lid / c4);
-    let mine = rq < nRQ && j80 + lid / c4 < nJ8;
+  // tiles of 4 rows x 8 columns, one per invocation a turn (one turn up to V = 128 at C = 64)
+  for (var turn = 0u; turn * WG < nRQ * nJ8; turn++) {
+    let blk = lid + turn * WG;
+    let mine = blk < nRQ * nJ8;
+    let rq = blk / nJ8;
+    let jq = 2u * (blk % nJ8);
     var acc = Tile8(mat4x4f(), mat4x4f());
-    for (var s0 = 0u; s0 < p.K; s0 += sd) {
-      // Qg slice, four rows a vec4; S^T slice (S is [V, K] in memory), four columns a vec4:
+    for (var s0 = 0u; s0 < p.K; s0 += MM_SLICE) {
+      // Qg slice, four rows a vec4; S^T slice (S is [V, K] in memory), four columns a vec4
       // neighbouring invocations read neighbouring channels (coalesced), and store transposed
-      for (var e = lid; e < sd * c4; e += WG) {
-        let dd = e % sd;
+      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+        let dd = e % MM_SLICE;
         let d = s0 + dd;
-        let r4 = 4u * (e / sd) + lanes;
+        let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
-          value = select(vec4f(0.0), workAt4(base + wQg() + d, min(r4, vec4u(cv - 1u)) * p.K), r4 < vec4u(cv));
+          value = select(vec4f(0.0), workAt4(base + wQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
         }
-        prep[dd * aS + e / sd] = value;
+        tileA[dd * 16u + e / MM_SLICE] = value;
       }
-      for (var e = lid; e < sd * nq; e += WG) {
-        let dd = e % sd;
+      for (var e = lid; e < MM_SLICE * VQ; e += WG) {
+        let dd = e % MM_SLICE;
         let d = s0 + dd;
-        let cols = 4u * (q0 + e / sd) + lanes;
+        let cols = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
           value = select(vec4f(0.0), statesAt4(sBlock + sS() + d, min(cols, vec4u(p.V - 1u)) * p.K), cols < vec4u(p.V));
         }
-        prep[bAt + dd * bS + e / sd] = value;
+        tileB[dd * VQ + e / MM_SLICE] = value;
       }
       workgroupBarrier();
       if (mine) {
-        acc = prepSlice(acc, rq, aS, bAt + jq, bS, min(sd, p.K - s0));
+        acc = mmSlice(acc, 0u, rq, jq, VQ, min(MM_SLICE, p.K - s0));
       }
       workgroupBarrier();
     }
-    for (var s0 = 0u; s0 < cv; s0 += sd) {
+    for (var s0 = 0u; s0 < cv; s0 += MM_SLICE) {
       // P slice (zero above the diagonal), four rows a vec4; Vn slice, four columns a vec4
-      for (var e = lid; e < sd * c4; e += WG) {
-        let ss = e % sd;
+      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
+        let ss = e % MM_SLICE;
         let s = s0 + ss;
-        let r4 = 4u * (e / sd) + lanes;
+        let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (s < cv) {
-          value = select(vec4f(0.0), triAt4(tbase + rP() + s, min(r4, vec4u(cv - 1u)) * p.C), r4 < vec4u(cv));
+          value = select(vec4f(0.0), triAt4(tbase + rP() + s, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
         }
-        prep[ss * aS + e / sd] = value;
+        tileA[ss * 16u + e / MM_SLICE] = value;
       }
-      for (var e = lid; e < sd * nq; e += WG) {
-        let s = s0 + e / nq;
+      for (var e = lid; e < MM_SLICE * VQ; e += WG) {
+        let s = s0 + e / VQ;
         var value = vec4f(0.0);
         if (s < cv) {
-          value = statesCols(sBlock + sVn() + s * p.V, 4u * (q0 + e % nq));
+          value = statesCols(sBlock + sVn() + s * p.V, 4u * (e % VQ));
         }
-        prep[bAt + (e / nq) * bS + e % nq] = value;
+        tileB[e] = value;
       }
       workgroupBarrier();
-      if (mine && rows + 4u > s0) {
-        acc = prepSlice(acc, rq, aS, bAt + jq, bS, min(min(sd, cv - s0), rows + 4u - s0));
+      if (mine) {
+        acc = mmSlice(acc, 0u, rq, jq, VQ, min(MM_SLICE, cv - s0));
       }
       workgroupBarrier();
     }
     if (mine) {
-      let j = 4u * (q0 + jq);
+      let r = 4u * rq;
+      let j = 4u * jq;
       for (var i = 0u; i < 4u; i++) {
-        if (rows + i < cv) {
-          let row = aO() + vrow(at, rows + i) * p.V;
+        if (r + i < cv) {
+          let row = aO() + vrow(at, r + i) * p.V;
           oStoreCols(row, j, acc.t0[i]);
           oStoreCols(row, j + 4u, acc.t1[i]);
         }

@@ -26,7 +26,7 @@ const LP_OPERAND = 16 * LP_STRIDE;
  * W's and U's right operands (PREP_HALF vec4s: 32 rows of 128 columns). The gate sums' staged
  * slices (g, q, k: 3 x 32 channels x C rows, then the parts' totals) and the seven staged
  * operands of the pairwise products (7 LP_OPERAND vec4s) span both halves, which hold nothing
- * else while they are in use. chunkOutput stages its slices in the whole array.
+ * else while they are in use.
  */
 const PREP_HALF = 1024;
 if (7 * LP_OPERAND > 2 * PREP_HALF) throw new Error("the pairwise products' stage exceeds prep");
@@ -47,6 +47,11 @@ const TILE_A_VEC4 = 512;
 const TILE_B_VEC4 = 1024;
 /** Channels (or value columns) per staged slice of the output and gradient products. */
 const MM_SLICE = 16;
+/**
+ * vec4s of chunkGradsV's own workgroup array (chunk_backward.wgsl): four left-operand slots of
+ * MM_SLICE x C / 4 vec4s and an MM_SLICE x 256 / 4 right-operand slice (32 KB).
+ */
+const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
 /** Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). */
 const E_BLOCK = 16;
 /** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
@@ -237,6 +242,7 @@ export const SPLIT: KernelSet = {
     2 * PREP_HALF * 16,
     SCAN_VEC4 * 16,
     (TILE_A_VEC4 + TILE_B_VEC4) * 16,
+    GV_VEC4 * 16,
   ),
   constants: {
     PREP_HALF,
@@ -245,6 +251,7 @@ export const SPLIT: KernelSet = {
     LP_STRIDE,
     LP_OPERAND,
     MM_SLICE,
+    GV_VEC4,
     E_BLOCK,
     SCAN_STATE_VEC4,
     SCAN_ROWS_VEC4,
@@ -391,20 +398,8 @@ export const SPLIT: KernelSet = {
       {
         entry: "chunkGradsV",
         grid: chunkGrid,
-        uses: ["k", "chunks", "work", "states", "dout", "bw", "gs"],
-        sections: ["bA"],
-      },
-      {
-        entry: "pairProductsV",
-        grid: chunkGrid,
-        uses: ["v", "chunks", "states", "dout", "bw", "gs"],
-        sections: ["bPM"],
-      },
-      {
-        entry: "valueGradsV",
-        grid: chunkGrid,
-        uses: ["beta", "chunks", "tri", "bw", "dv"],
-        sections: ["bdV"],
+        uses: ["k", "v", "beta", "chunks", "work", "tri", "states", "dout", "bw", "gs", "dv"],
+        sections: ["bA", "bPM", "bdV"],
       },
       {
         entry: "chunkGradsK",
