@@ -463,6 +463,115 @@ fn groupSums(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 }
 
 // ---- the K side: wyBackward, inverseBackward, pairwiseGrads, elementwiseGrads, gateCumsumBackward ----
+//
+// chunkGradsK's workgroup memory up to Stage D: tileB holds T (row r's vec4 q at 16 r + q, zero
+// above the diagonal and past cv), read by dKb, the V half of dbeta, X and dL; the C x C square of
+// dT, then X, is split by vec4 columns, q < 8 in tileA and q >= 8 in tileK (sqSlot). Before the
+// square is written, tileA and tileK stage the channel slices of dW and Kg (colSlot). From Stage E
+// on, all three are free (Stage F keeps its sums there).
+
+// chunkGradsK's third tile stage, beside tileA and tileB (32 KB in all)
+var<workgroup> tileK: array<vec4f, TILE_K_VEC4>;
+
+// Rows 4 rq.. of channel d of a [C, K] region of gs as one vec4, zero past cv and K (neighbouring
+// invocations take neighbouring channels: each of the four loads is coalesced)
+fn gsColumn(region: u32, d: u32, rq: u32, cv: u32) -> vec4f {
+  let rows = 4u * rq + vec4u(0u, 1u, 2u, 3u);
+  if (d >= p.K || rows.x >= cv) {
+    return vec4f(0.0);
+  }
+  return select(vec4f(0.0), gsAt4(region + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
+}
+
+// Where channel j's rows 4 rq.. of a staged slice live: 16 vec4s a channel, the row quad XORed
+// with the channel, so that the staging invocations (neighbouring channels) store to different
+// banks while the tiles (neighbouring row quads of one channel) still read from different banks
+fn colSlot(j: u32, rq: u32) -> u32 {
+  return 16u * j + (rq ^ (j & 15u));
+}
+
+// Block j of the lower triangle of a grid of blocks, row by row: (u, v) with v <= u
+fn lowerBlock(j: u32) -> vec2u {
+  var u = 0u;
+  while ((u + 1u) * (u + 2u) / 2u <= j) {
+    u++;
+  }
+  return vec2u(u, j - u * (u + 1u) / 2u);
+}
+
+// Where row a's vec4 column q of the square lives in its half: 8 vec4s a row, the column XORed
+// with the row's block, so that invocations on neighbouring row blocks read different banks
+fn sqSlot(a: u32, q: u32) -> u32 {
+  return 8u * a + ((q & 7u) ^ ((a >> 2u) & 7u));
+}
+
+// Rows 4 rb.. of the square at vec4 column q: sqBlockA for q < 8 (in tileA), sqBlockK for q >= 8
+fn sqBlockA(rb: u32, q: u32) -> mat4x4f {
+  let a = 4u * rb;
+  return mat4x4f(tileA[sqSlot(a, q)], tileA[sqSlot(a + 1u, q)], tileA[sqSlot(a + 2u, q)], tileA[sqSlot(a + 3u, q)]);
+}
+
+fn sqBlockK(rb: u32, q: u32) -> mat4x4f {
+  let a = 4u * rb;
+  return mat4x4f(tileK[sqSlot(a, q)], tileK[sqSlot(a + 1u, q)], tileK[sqSlot(a + 2u, q)], tileK[sqSlot(a + 3u, q)]);
+}
+
+// Stores a tile (rows 4 rb.., vec4 column q) into the square
+fn sqStore(rb: u32, q: u32, t: mat4x4f) {
+  let a = 4u * rb;
+  if (q < 8u) {
+    tileA[sqSlot(a, q)] = t[0];
+    tileA[sqSlot(a + 1u, q)] = t[1];
+    tileA[sqSlot(a + 2u, q)] = t[2];
+    tileA[sqSlot(a + 3u, q)] = t[3];
+  } else {
+    tileK[sqSlot(a, q)] = t[0];
+    tileK[sqSlot(a + 1u, q)] = t[1];
+    tileK[sqSlot(a + 2u, q)] = t[2];
+    tileK[sqSlot(a + 3u, q)] = t[3];
+  }
+}
+
+// Rows 4 rb.. of T at vec4 column q, from tileB
+fn tBlock(rb: u32, q: u32) -> mat4x4f {
+  let i = 64u * rb + q;
+  return mat4x4f(tileB[i], tileB[i + 16u], tileB[i + 32u], tileB[i + 48u]);
+}
+
+// acc + lhs_j (x) rhs_j for j = 0..3: four steps of a sum of outer products (tileFma)
+fn blockFma(acc: mat4x4f, lhs: mat4x4f, rhs: mat4x4f) -> mat4x4f {
+  return tileFma(tileFma(tileFma(tileFma(acc, lhs[0], rhs[0]), lhs[1], rhs[1]), lhs[2], rhs[2]), lhs[3], rhs[3]);
+}
+
+// Tile t of rows r.., columns c.. with only its strictly lower entries of rows < cv kept
+fn strictLower(t: mat4x4f, r: u32, c: u32, cv: u32) -> mat4x4f {
+  let cols = vec4u(c) + vec4u(0u, 1u, 2u, 3u);
+  let rows = vec4u(r) + vec4u(0u, 1u, 2u, 3u);
+  let lim = select(vec4u(0u), rows, rows < vec4u(cv));
+  return mat4x4f(
+    select(vec4f(0.0), t[0], cols < vec4u(lim.x)),
+    select(vec4f(0.0), t[1], cols < vec4u(lim.y)),
+    select(vec4f(0.0), t[2], cols < vec4u(lim.z)),
+    select(vec4f(0.0), t[3], cols < vec4u(lim.w)),
+  );
+}
+
+// Floats of tileA and tileB (Stage F's sums)
+fn tileAF(i: u32) -> f32 {
+  return tileA[i >> 2u][i & 3u];
+}
+
+fn tileASet(i: u32, value: f32) {
+  tileA[i >> 2u][i & 3u] = value;
+}
+
+fn tileBF(i: u32) -> f32 {
+  return tileB[i >> 2u][i & 3u];
+}
+
+fn tileBSet(i: u32, value: f32) {
+  tileB[i >> 2u][i & 3u] = value;
+}
 
 @compute @workgroup_size(256)
 fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -479,40 +588,104 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   let nDG = (p.K + 3u) / 4u;
   let last = cv - 1u;
 
-  // Stage B, wyBackward: dT = dW Kb^T + dU Vb^T (strictly lower part only: dL needs no more),
-  // with dW Kb^T = (dW Kg^T) diag(beta), Kg from the dG region; 4 rows r x 4 columns s a block
-  // ABLATE bdT {
-  for (var blk = lid; blk < nRG * nRG; blk += WG) {
-    let blk4 = blockOf(blk, nRG, last);
-    var dt = mat4x4f();
-    for (var d = 0u; d < p.K; d++) {
-      dt = tileFma(dt, gsAt4(gBase + gW() + d, blk4.rows * p.K), gsAt4(gBase + gG() + d, blk4.cols * p.K));
+  let lanes = vec4u(0u, 1u, 2u, 3u);
+  // the lower 4 x 4 blocks of a C x C matrix: the tiles of dT, X and dL
+  let nB = nRG * (nRG + 1u) / 2u;
+
+  // T into tileB once, for dKb, the V half of dbeta, X and dL: row r's vec4 q at 16 r + q, zero
+  // above the diagonal and past cv (so that every sum over a triangle may run over whole blocks)
+  for (var e = lid; e < 16u * p.C; e += WG) {
+    let r = e / 16u;
+    let s4 = 4u * (e % 16u) + lanes;
+    var t = vec4f(0.0);
+    if (r < cv && s4.x <= r) {
+      t = select(vec4f(0.0), triAt4(tbase + rT() + r * p.C, min(s4, vec4u(last))), s4 <= vec4u(r));
     }
-    let mRows = vec4u(gBase + gMX()) + blk4.rows * p.C;
-    let m = mat4x4f(gsAt4(mRows.x, blk4.cols), gsAt4(mRows.y, blk4.cols), gsAt4(mRows.z, blk4.cols), gsAt4(mRows.w, blk4.cols));
-    let betaC = betaAt4(aBeta(), vrow4(at, blk4.cols));
-    gsStoreTri(gBase + gTL(), blk4.r, blk4.c, tileScaleCols(dt + m, betaC), cv, 1u);
+    tileB[e] = t;
   }
-  // ABLATE bdT }
-  // dKb = T^T dW (4 rows s x 4 channels a block; T_rs = 0 for r < s)
+  workgroupBarrier();
+
+  // dKb = T^T dW (T_rs = 0 for r < s, so the sum over r starts at the tile's first row s), over
+  // slices of 64 channels of dW staged transposed (channel j's rows 4 rq.. at colSlot: the first
+  // 32 channels in tileA, the rest in tileK). 4 rows s x 4 channels a tile, every invocation on
+  // one at C = 64; neighbouring invocations take neighbouring s (different banks of both operands)
   // ABLATE bKb {
-  for (var blk = lid; blk < nRG * nDG; blk += WG) {
-    let blk4 = blockOf(blk, nDG, last);
-    var dkb = mat4x4f();
-    for (var r = blk4.r; r < cv; r++) {
-      dkb = tileFma(dkb, triAt4(tbase + rT() + r * p.C, blk4.rows), gsK4(gBase + gW() + r * p.K, blk4.c));
+  let kbS = lid % nRG;
+  let kbQ = lid / nRG;
+  for (var d0 = 0u; d0 < p.K; d0 += 64u) {
+    for (var e = lid; e < 1024u; e += WG) {
+      let jj = e % 64u;
+      let v = gsColumn(gBase + gW(), d0 + jj, e / 64u, cv);
+      if (jj < 32u) {
+        tileA[colSlot(jj, e / 64u)] = v;
+      } else {
+        tileK[colSlot(jj - 32u, e / 64u)] = v;
+      }
     }
-    gsStoreRows(gBase + gKb(), blk4.r, blk4.c, dkb, cv, p.K);
+    workgroupBarrier();
+    if (kbQ < 16u && d0 + 4u * kbQ < p.K) {
+      var kb = mat4x4f();
+      // the tile's four channels in their half, then row quad by row quad (dW's rows transposed
+      // in registers to vec4s over the channels)
+      let j0 = 4u * (kbQ % 8u);
+      if (kbQ < 8u) {
+        for (var rq = kbS; rq < nRG; rq++) {
+          let w = mat4x4f(
+            tileA[colSlot(j0, rq)],
+            tileA[colSlot(j0 + 1u, rq)],
+            tileA[colSlot(j0 + 2u, rq)],
+            tileA[colSlot(j0 + 3u, rq)],
+          );
+          kb = blockFma(kb, tBlock(rq, kbS), transpose(w));
+        }
+      } else {
+        for (var rq = kbS; rq < nRG; rq++) {
+          let w = mat4x4f(
+            tileK[colSlot(j0, rq)],
+            tileK[colSlot(j0 + 1u, rq)],
+            tileK[colSlot(j0 + 2u, rq)],
+            tileK[colSlot(j0 + 3u, rq)],
+          );
+          kb = blockFma(kb, tBlock(rq, kbS), transpose(w));
+        }
+      }
+      gsStoreRows(gBase + gKb(), 4u * kbS, d0 + 4u * kbQ, kb, cv, p.K);
+    }
+    workgroupBarrier();
   }
   // ABLATE bKb }
-  // the V half of dbeta, sum_{r >= s} T_rs M_rs
-  for (var s = lid; s < cv; s += WG) {
-    var acc = 0.0;
-    for (var r = s; r < cv; r++) {
-      acc += tri[tbase + rT() + r * p.C + s] * gs[gBase + gMX() + r * p.C + s];
+
+  // Stage B, wyBackward: dT = dW Kb^T + dU Vb^T (strictly lower part only: dL needs no more),
+  // with dW Kb^T = (dW Kg^T) diag(beta), Kg from the dG region, and dU Vb^T = M diag(beta); over
+  // slices of 32 channels of dW (tileA) and Kg (tileK) staged transposed as for dKb. 4 rows r x 4
+  // columns s a tile, the lower blocks only; the result into the square for Stage C
+  // ABLATE bdT {
+  var dt = mat4x4f();
+  let bBlk = lowerBlock(lid);
+  for (var d0 = 0u; d0 < p.K; d0 += 32u) {
+    for (var e = lid; e < 512u; e += WG) {
+      let jj = e % 32u;
+      tileA[colSlot(jj, e / 32u)] = gsColumn(gBase + gW(), d0 + jj, e / 32u, cv);
+      tileK[colSlot(jj, e / 32u)] = gsColumn(gBase + gG(), d0 + jj, e / 32u, cv);
     }
-    gs[gBase + gBv() + s] = acc;
+    workgroupBarrier();
+    if (lid < nB) {
+      let n = min(32u, p.K - d0);
+      for (var dd = 0u; dd < n; dd++) {
+        dt = tileFma(dt, tileA[colSlot(dd, bBlk.x)], tileK[colSlot(dd, bBlk.y)]);
+      }
+    }
+    workgroupBarrier();
   }
+  if (lid < nB) {
+    let rows = rows4(4u * bBlk.x, last);
+    let cols = rows4(4u * bBlk.y, last);
+    let mRows = vec4u(gBase + gMX()) + rows * p.C;
+    let m = mat4x4f(gsAt4(mRows.x, cols), gsAt4(mRows.y, cols), gsAt4(mRows.z, cols), gsAt4(mRows.w, cols));
+    let betaC = betaAt4(aBeta(), vrow4(at, cols));
+    sqStore(bBlk.x, bBlk.y, strictLower(tileScaleCols(dt + m, betaC), 4u * bBlk.x, 4u * bBlk.y, cv));
+  }
+  // ABLATE bdT }
   stageBarrier();
 
   // Stage E's factors, once per (row, channel), from the gates alone: with rows in blocks of
@@ -534,30 +707,68 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   }
   // ABLATE bEf }
 
-  // Stage C, inverseBackward: X = dT T^T for a > s (T lower, dT strictly lower: b <= s; the
-  // terms past a row's own s are zeros of T), into MX (M is spent). 4 rows a x 4 columns s a block
-  // ABLATE bC {
-  for (var blk = lid; blk < nRG * nRG; blk += WG) {
-    let blk4 = blockOf(blk, nRG, last);
-    var xt = mat4x4f();
-    for (var bb = 0u; bb <= blk4.cols.w; bb++) {
-      xt = tileFma(xt, gsAt4(gBase + gTL() + bb, blk4.rows * p.C), triAt4(tbase + rT() + bb, blk4.cols * p.C));
+  // the V half of dbeta, sum_{r >= s} T_rs M_rs, on the last C invocations (beside Stage C's
+  // tiles); a warp's invocations start at one row (its first s), so that each load of M is one
+  // coalesced row, and the rows r < s add exact zeros (T_rs = 0, and M's upper part is masked)
+  if (lid + p.C >= WG) {
+    let s = lid + p.C - WG;
+    if (s < cv) {
+      var acc = 0.0;
+      for (var r = s - s % 32u; r < cv; r++) {
+        let m = select(0.0, gs[gBase + gMX() + r * p.C + s], r >= s);
+        acc += tileB[16u * r + s / 4u][s % 4u] * m;
+      }
+      gs[gBase + gBv() + s] = acc;
     }
-    gsStoreTri(gBase + gMX(), blk4.r, blk4.c, xt, cv, 1u);
+  }
+
+  // Stage C, inverseBackward: X = dT T^T for a > s (T lower, dT strictly lower: b <= s; the
+  // terms past a row's own s are zeros of T), into the square over dT once every tile has read
+  // it. 4 rows a x 4 columns s a tile, the lower blocks column by column (neighbouring invocations
+  // share T's rows s and read dT's rows from different banks); both operands' rows are read as
+  // vec4s over b and transposed in registers
+  // ABLATE bC {
+  let cBlk = lowerBlock(lid);
+  let cs = nRG - 1u - cBlk.x;
+  let ca = nRG - 1u - cBlk.y;
+  var xt = mat4x4f();
+  if (lid < nB) {
+    for (var bq = 0u; bq <= min(cs, 7u); bq++) {
+      xt = blockFma(xt, transpose(sqBlockA(ca, bq)), transpose(tBlock(cs, bq)));
+    }
+    for (var bq = 8u; bq <= cs; bq++) {
+      xt = blockFma(xt, transpose(sqBlockK(ca, bq)), transpose(tBlock(cs, bq)));
+    }
+  }
+  workgroupBarrier();
+  if (lid < nB) {
+    sqStore(ca, cs, xt);
   }
   // ABLATE bC }
   stageBarrier();
 
-  // Stage D, inverseBackward: dL = strict_lower(-T^T X), into TL (dT is spent); 4 rows r x 4
-  // columns s a block (T_ar = 0 for a < r, so the sum over a starts at the block's first row)
+  // Stage D, inverseBackward: dL = strict_lower(-T^T X), into TL; 4 rows r x 4 columns s a tile,
+  // the lower blocks column by column (T_ar = 0 for a < r, so the sum over a starts at the tile's
+  // first row); the blocks above the diagonal are stored as zeros by the invocations left over
   // ABLATE bD {
-  for (var blk = lid; blk < nRG * nRG; blk += WG) {
-    let blk4 = blockOf(blk, nRG, last);
+  let dBlk = lowerBlock(lid);
+  if (lid < nB) {
+    let ds = nRG - 1u - dBlk.x;
+    let dr = nRG - 1u - dBlk.y;
     var dl = mat4x4f();
-    for (var a = blk4.r; a < cv; a++) {
-      dl = tileFma(dl, triAt4(tbase + rT() + a * p.C, blk4.rows), gsAt4(gBase + gMX() + a * p.C, blk4.cols));
+    if (ds < 8u) {
+      for (var aq = dr; aq < nRG; aq++) {
+        dl = blockFma(dl, tBlock(aq, dr), sqBlockA(aq, ds));
+      }
+    } else {
+      for (var aq = dr; aq < nRG; aq++) {
+        dl = blockFma(dl, tBlock(aq, dr), sqBlockK(aq, ds));
+      }
     }
-    gsStoreTri(gBase + gTL(), blk4.r, blk4.c, dl * -1.0, cv, 1u);
+    gsStoreTri(gBase + gTL(), 4u * dr, 4u * ds, dl * -1.0, cv, 1u);
+  } else if (lid < nRG * nRG) {
+    let up = lowerBlock(lid - nB);
+    gsStoreTri(gBase + gTL(), 4u * up.y, 4u * (up.x + 1u), mat4x4f(), cv, 1u);
   }
   // ABLATE bD }
 }
@@ -754,32 +965,74 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
   let nDG = (p.K + 3u) / 4u;
   let last = cv - 1u;
 
-  // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel
+  // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel.
+  // Every invocation works: dbeta four a row, and dg for 32 channels at a time with each
+  // channel's rows in eight segments, one an invocation (its totals first, then the segment's
+  // sums from the totals of the segments before and after it, in a fixed order)
   // ABLATE bF {
-  for (var e = lid; e < cv + p.K; e += WG) {
-    if (e < cv) {
-      let r = e;
-      var acc = gs[gBase + gBv() + r];
-      for (var d = 0u; d < p.K; d++) {
-        acc += gs[gBase + gKb() + r * p.K + d];
+  // the K half of dbeta: invocation 4 r + j sums row r's vec4s j, j + 4, ... (into tileK)
+  if (lid < 4u * cv) {
+    let r = lid / 4u;
+    var acc = vec4f(0.0);
+    for (var d = 4u * (lid % 4u); d < p.K; d += 16u) {
+      acc += gsK4(gBase + gKb() + r * p.K, d);
+    }
+    tileK[lid] = acc;
+  }
+  // dg_t = dgamma_C gamma_C + sum_{r >= t} dG_r + sum_{r < t} x_r (see elementwiseGrads). The
+  // segment's x_r (floats r 32 + c of tileB) and dG_r (2048 + r 32 + c) are kept for its second
+  // pass, its totals in tileA (floats 32 seg + c: x; 256 + 32 seg + c: dG)
+  let fc = lid % 32u;
+  let seg = lid / 32u;
+  let segLen = (cv + 7u) / 8u;
+  let r0 = min(seg * segLen, cv);
+  let r1 = min(r0 + segLen, cv);
+  for (var d0 = 0u; d0 < p.K; d0 += 32u) {
+    let d = d0 + fc;
+    var tx = 0.0;
+    var tg = 0.0;
+    if (d < p.K) {
+      for (var r = r0; r < r1; r++) {
+        let x = gs[gBase + gKd() + r * p.K + d];
+        tileBSet(32u * r + fc, x);
+        tx += x;
       }
-      dbeta[aDbeta() + vrow(at, r)] = acc;
-    } else {
-      let d = e - cv;
-      // dg_t = dgamma_C gamma_C + sum_{r >= t} dG_r + sum_{r < t} x_r (see elementwiseGrads)
-      var before = 0.0;
-      for (var r = 0u; r < cv; r++) {
-        dg[aDg() + vrow(at, r) * p.K + d] = before;
-        before += gs[gBase + gKd() + r * p.K + d];
-      }
-      var acc = gs[gBase + gGam() + d] * work[base + wGam() + d];
-      for (var i = 0u; i < cv; i++) {
-        let r = cv - 1u - i;
-        acc += gs[gBase + gG() + r * p.K + d];
-        let i = aDg() + vrow(at, r) * p.K + d;
-        dg[i] = acc + dg[i];
+      for (var r = r1; r > r0; r--) {
+        let g = gs[gBase + gG() + (r - 1u) * p.K + d];
+        tileBSet(2048u + 32u * (r - 1u) + fc, g);
+        tg += g;
       }
     }
+    tileASet(lid, tx);
+    tileASet(256u + lid, tg);
+    workgroupBarrier();
+    if (d0 == 0u && lid < cv) {
+      let s = (tileK[4u * lid] + tileK[4u * lid + 1u]) + (tileK[4u * lid + 2u] + tileK[4u * lid + 3u]);
+      dbeta[aDbeta() + vrow(at, lid)] = gs[gBase + gBv() + lid] + ((s.x + s.y) + (s.z + s.w));
+    }
+    if (d < p.K) {
+      // the sums up to the segment: x over the segments before it, in order, and dG over those
+      // after it, from the last
+      var before = 0.0;
+      for (var i = 0u; i < seg; i++) {
+        before += tileAF(32u * i + fc);
+      }
+      var acc = gs[gBase + gGam() + d] * work[base + wGam() + d];
+      for (var i = 7u; i > seg; i--) {
+        acc += tileAF(256u + 32u * i + fc);
+      }
+      // the segment's rows: x_r's slot takes the sum before row r, then dg from the last row
+      for (var r = r0; r < r1; r++) {
+        let x = tileBF(32u * r + fc);
+        tileBSet(32u * r + fc, before);
+        before += x;
+      }
+      for (var r = r1; r > r0; r--) {
+        acc += tileBF(2048u + 32u * (r - 1u) + fc);
+        dg[aDg() + vrow(at, r - 1u) * p.K + d] = acc + tileBF(32u * (r - 1u) + fc);
+      }
+    }
+    workgroupBarrier();
   }
   // ABLATE bF }
 }

@@ -45,6 +45,11 @@ const SCAN_VEC4 = SCAN_STATE_VEC4 + SCAN_ROWS_VEC4 + 2 * SCAN_SLAB_VEC4;
 /** vec4s of the two tile stages of the tiled products (common.wgsl). */
 const TILE_A_VEC4 = 512;
 const TILE_B_VEC4 = 1024;
+/**
+ * vec4s of chunkGradsK's third tile stage (chunk_backward.wgsl): with tileA it holds the C x C
+ * square of dT, then X (half in each at C = 64), beside T in tileB: 32 KB in all.
+ */
+const TILE_K_VEC4 = 512;
 /** Channels (or value columns) per staged slice of the output and gradient products. */
 const MM_SLICE = 16;
 /**
@@ -111,9 +116,9 @@ export const BW: RegionTable = {
 };
 
 /**
- * The backward's per-chunk gradient scratch. Three regions take a second tenant once the first
- * is spent (chunk_backward.wgsl): W holds dW, then Stage E's factors F; TL holds dT, then dL; MX
- * holds M, then X. A holds Stage E's other factors.
+ * The backward's per-chunk gradient scratch. W takes a second tenant once the first is spent
+ * (chunk_backward.wgsl): it holds dW, then Stage E's factors F. TL holds dL (dT and X stay in
+ * workgroup memory), MX holds M, A Stage E's other factors.
  */
 export const GS: RegionTable = {
   prefix: "g",
@@ -241,7 +246,7 @@ export const SPLIT: KernelSet = {
   workgroupBytes: Math.max(
     2 * PREP_HALF * 16,
     SCAN_VEC4 * 16,
-    (TILE_A_VEC4 + TILE_B_VEC4) * 16,
+    (TILE_A_VEC4 + TILE_B_VEC4 + TILE_K_VEC4) * 16,
     GV_VEC4 * 16,
   ),
   constants: {
@@ -259,6 +264,7 @@ export const SPLIT: KernelSet = {
     SCAN_VEC4,
     TILE_A_VEC4,
     TILE_B_VEC4,
+    TILE_K_VEC4,
     GRID_X,
   },
   flags: { HAS_H0: 1, HAS_DHT: 2, SAVE_STATES: 4, GROUPED: 8 },
