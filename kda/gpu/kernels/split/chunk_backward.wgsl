@@ -467,8 +467,8 @@ fn groupSums(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 // chunkGradsK's workgroup memory up to Stage D: tileB holds T (row r's vec4 q at 16 r + q, zero
 // above the diagonal and past cv), read by dKb, the V half of dbeta, X and dL; the C x C square of
 // dT, then X, is split by vec4 columns, q < 8 in tileA and q >= 8 in tileK (sqSlot). Before the
-// square is written, tileA and tileK stage the channel slices of dW and Kg (colSlot). From Stage E
-// on, all three are free (Stage F keeps its sums there).
+// square is written, tileA and tileK stage the channel slices of dW and Kg (colSlot). Stages E and
+// F run as dispatches of their own (pairwiseGrads, gateCumsumBackward).
 
 // chunkGradsK's third tile stage, beside tileA and tileB (32 KB in all)
 var<workgroup> tileK: array<vec4f, TILE_K_VEC4>;
@@ -554,23 +554,6 @@ fn strictLower(t: mat4x4f, r: u32, c: u32, cv: u32) -> mat4x4f {
     select(vec4f(0.0), t[2], cols < vec4u(lim.z)),
     select(vec4f(0.0), t[3], cols < vec4u(lim.w)),
   );
-}
-
-// Floats of tileA and tileB (Stage F's sums)
-fn tileAF(i: u32) -> f32 {
-  return tileA[i >> 2u][i & 3u];
-}
-
-fn tileASet(i: u32, value: f32) {
-  tileA[i >> 2u][i & 3u] = value;
-}
-
-fn tileBF(i: u32) -> f32 {
-  return tileB[i >> 2u][i & 3u];
-}
-
-fn tileBSet(i: u32, value: f32) {
-  tileB[i >> 2u][i & 3u] = value;
 }
 
 @compute @workgroup_size(256)
@@ -965,74 +948,32 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
   let nDG = (p.K + 3u) / 4u;
   let last = cv - 1u;
 
-  // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel.
-  // Every invocation works: dbeta four a row, and dg for 32 channels at a time with each
-  // channel's rows in eight segments, one an invocation (its totals first, then the segment's
-  // sums from the totals of the segments before and after it, in a fixed order)
+  // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel
   // ABLATE bF {
-  // the K half of dbeta: invocation 4 r + j sums row r's vec4s j, j + 4, ... (into tileK)
-  if (lid < 4u * cv) {
-    let r = lid / 4u;
-    var acc = vec4f(0.0);
-    for (var d = 4u * (lid % 4u); d < p.K; d += 16u) {
-      acc += gsK4(gBase + gKb() + r * p.K, d);
-    }
-    tileK[lid] = acc;
-  }
-  // dg_t = dgamma_C gamma_C + sum_{r >= t} dG_r + sum_{r < t} x_r (see elementwiseGrads). The
-  // segment's x_r (floats r 32 + c of tileB) and dG_r (2048 + r 32 + c) are kept for its second
-  // pass, its totals in tileA (floats 32 seg + c: x; 256 + 32 seg + c: dG)
-  let fc = lid % 32u;
-  let seg = lid / 32u;
-  let segLen = (cv + 7u) / 8u;
-  let r0 = min(seg * segLen, cv);
-  let r1 = min(r0 + segLen, cv);
-  for (var d0 = 0u; d0 < p.K; d0 += 32u) {
-    let d = d0 + fc;
-    var tx = 0.0;
-    var tg = 0.0;
-    if (d < p.K) {
-      for (var r = r0; r < r1; r++) {
-        let x = gs[gBase + gKd() + r * p.K + d];
-        tileBSet(32u * r + fc, x);
-        tx += x;
+  for (var e = lid; e < cv + p.K; e += WG) {
+    if (e < cv) {
+      let r = e;
+      var acc = gs[gBase + gBv() + r];
+      for (var d = 0u; d < p.K; d++) {
+        acc += gs[gBase + gKb() + r * p.K + d];
       }
-      for (var r = r1; r > r0; r--) {
-        let g = gs[gBase + gG() + (r - 1u) * p.K + d];
-        tileBSet(2048u + 32u * (r - 1u) + fc, g);
-        tg += g;
-      }
-    }
-    tileASet(lid, tx);
-    tileASet(256u + lid, tg);
-    workgroupBarrier();
-    if (d0 == 0u && lid < cv) {
-      let s = (tileK[4u * lid] + tileK[4u * lid + 1u]) + (tileK[4u * lid + 2u] + tileK[4u * lid + 3u]);
-      dbeta[aDbeta() + vrow(at, lid)] = gs[gBase + gBv() + lid] + ((s.x + s.y) + (s.z + s.w));
-    }
-    if (d < p.K) {
-      // the sums up to the segment: x over the segments before it, in order, and dG over those
-      // after it, from the last
+      dbeta[aDbeta() + vrow(at, r)] = acc;
+    } else {
+      let d = e - cv;
+      // dg_t = dgamma_C gamma_C + sum_{r >= t} dG_r + sum_{r < t} x_r (see elementwiseGrads)
       var before = 0.0;
-      for (var i = 0u; i < seg; i++) {
-        before += tileAF(32u * i + fc);
+      for (var r = 0u; r < cv; r++) {
+        dg[aDg() + vrow(at, r) * p.K + d] = before;
+        before += gs[gBase + gKd() + r * p.K + d];
       }
       var acc = gs[gBase + gGam() + d] * work[base + wGam() + d];
-      for (var i = 7u; i > seg; i--) {
-        acc += tileAF(256u + 32u * i + fc);
-      }
-      // the segment's rows: x_r's slot takes the sum before row r, then dg from the last row
-      for (var r = r0; r < r1; r++) {
-        let x = tileBF(32u * r + fc);
-        tileBSet(32u * r + fc, before);
-        before += x;
-      }
-      for (var r = r1; r > r0; r--) {
-        acc += tileBF(2048u + 32u * (r - 1u) + fc);
-        dg[aDg() + vrow(at, r - 1u) * p.K + d] = acc + tileBF(32u * (r - 1u) + fc);
+      for (var i = 0u; i < cv; i++) {
+        let r = cv - 1u - i;
+        acc += gs[gBase + gG() + r * p.K + d];
+        let i = aDg() + vrow(at, r) * p.K + d;
+        dg[i] = acc + dg[i];
       }
     }
-    workgroupBarrier();
   }
   // ABLATE bF }
 }
