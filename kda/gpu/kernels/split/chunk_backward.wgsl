@@ -1,13 +1,15 @@
-// The split set's chunk-parallel backward (docs/kda.md 2.3), in two stages named after the
-// stages of kda/chunk.ts they run, and the group sums:
-//   chunkGradsV  the sums over V of stateScanBackward, chunkOutputBackward and newValuesBackward
-//                (dKd, dQg, dW), dP, M and dv, one workgroup per (chunk, head)
-//   chunkGradsK  wyBackward, inverseBackward, pairwiseGrads, elementwiseGrads and
-//                gateCumsumBackward: dq, dk, dg, dbeta, one workgroup per (chunk, head)
-//   groupSums    dq and dk of each query/key head, the sum over its group of value heads
-// The two chunk stages meet in the gradient scratch gs. Register tiles are 4 x 4 blocks (mat4x4f,
-// see the shared WGSL); rows past cv are clamped for reads and never stored; each sum keeps one
-// fixed order and terms outside a triangle are exact zeros of T or P.
+// The split set's chunk-parallel backward (docs/kda.md 2.3), in stages named after the stages of
+// kda/chunk.ts they run, and the group sums, each one workgroup per (chunk, head) but groupSums:
+//   chunkGradsV         the sums over V of stateScanBackward, chunkOutputBackward and
+//                       newValuesBackward (dKd, dQg, dW), dP, M and dv
+//   chunkGradsK         wyBackward and inverseBackward (dT, dKb, X, dL), and Stage E's factors
+//   pairwiseGrads       pairwiseGrads and elementwiseGrads (Stage E): dq, dk and the dG pieces
+//   gateCumsumBackward  Stage F: dbeta and the reverse cumsum to dg
+//   groupSums           dq and dk of each query/key head, the sum over its group of value heads
+// The chunk stages meet in the gradient scratch gs; Stages E and F are dispatches of their own so
+// that their registers do not set the residency of the others (docs/kda.md 3.2). Register tiles
+// are 4 x 4 blocks (mat4x4f, see the shared WGSL); rows past cv are clamped for reads and never
+// stored; each sum keeps one fixed order and terms outside a triangle are exact zeros of T or P.
 
 // ---- the V side ----
 

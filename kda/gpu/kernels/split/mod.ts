@@ -1,7 +1,8 @@
 // The "split" kernel set, designed for speed on large problems: the stages of kda/chunk.ts split
 // as a fast chunked KDA splits them (gate sums and the chunk's pairwise products, the sequential
 // state scan alone, the output as its own chunk-parallel product; in the backward the scan, the
-// three C x V x K products, and the rest), with the pairwise decays of L, P and their gradients
+// three C x V x K products, the WY and inverse adjoints, the pairwise sums, the gate cumsum, each
+// heavy stage a dispatch of its own), with the pairwise decays of L, P and their gradients
 // factored through anchor rows whose decays are computed once per chunk (docs/kda.md 2.2, 2.3).
 // It reads the caller's arrays and writes the results in place (no packed copies), walks the
 // chunks of each sequence of a packed batch through a chunk table, and reads q and k at their own
