@@ -18,9 +18,11 @@ export const DECODE_KERNELS: string = RECURRENT.name;
 /**
  * The kernel set a training call (a forward, or a forward with its backward) runs when neither
  * `options.kernels` nor `KDA_GPU_KERNELS` names one: the split set on every adapter. It is the
- * faster set per training step on both adapters measured (the H200 and llvmpipe, see
- * bench/results/REPORT.md), and the only one that runs packed batches and grouped value heads
- * without padding or copies. The fused set stays selectable by name.
+ * faster set per training step on the H200 (bench/results/REPORT.md), and the only one that runs
+ * packed batches and grouped value heads without padding or copies, which is why it is also the
+ * default on software adapters, where the fused set is now the faster at the shapes measured
+ * (llvmpipe: its staged scans cost more there than they save). The fused set stays selectable by
+ * name.
  *
  * @param info Whether the adapter is a software one (the rule is the same for both today).
  * @returns The set's name and, when the rule is worth telling, why.
