@@ -770,7 +770,6 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
   let at = chunkOf(c, wg.z);
   let cv = at.cv;
   let base = at.wid * workSize();
-  let tbase = at.wid * triSize();
   let gBase = at.wid * gsSize();
   let nRG = (cv + 3u) / 4u;
   let nDG = (p.K + 3u) / 4u;
@@ -944,11 +943,7 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
   let at = chunkOf(c, wg.z);
   let cv = at.cv;
   let base = at.wid * workSize();
-  let tbase = at.wid * triSize();
   let gBase = at.wid * gsSize();
-  let nRG = (cv + 3u) / 4u;
-  let nDG = (p.K + 3u) / 4u;
-  let last = cv - 1u;
 
   // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel
   // ABLATE bF {

@@ -639,25 +639,28 @@ fn dSlabProduct(at: ScanAt, sl: ScanSlabs, slab: u32, i: u32, ch: ScanChunk, acc
   let n = min(sl.dw4, sl.k4 - q0);
   let rowA = slab + ch.raC * sl.dw4;
   let rowB = slab + ch.rbC * sl.dw4;
-  var a = acc.a;
-  var b = acc.b;
+  var rows = acc;
   for (var q = 0u; q < n; q++) {
-    let wa = scanMem[rowA + q];
-    let wb = scanMem[rowB + q];
-    let z = 4u * (q0 + q) * at.ng + at.cg;
-    let s0 = scanMem[z];
-    let s1 = scanMem[z + at.ng];
-    let s2 = scanMem[z + 2u * at.ng];
-    let s3 = scanMem[z + 3u * at.ng];
-    a = fma(vec4f(wa.x), s0, a);
-    b = fma(vec4f(wb.x), s0, b);
-    a = fma(vec4f(wa.y), s1, a);
-    b = fma(vec4f(wb.y), s1, b);
-    a = fma(vec4f(wa.z), s2, a);
-    b = fma(vec4f(wb.z), s2, b);
-    a = fma(vec4f(wa.w), s3, a);
-    b = fma(vec4f(wb.w), s3, b);
+    rows = rowsFma(rows, scanMem[rowA + q], scanMem[rowB + q], 4u * (q0 + q) * at.ng + at.cg, at.ng);
   }
+  return rows;
+}
+
+// acc + the two rows' four entries wa, wb times the four vec4 rows of scanMem at z, z + ng, z + 2 ng
+// and z + 3 ng, in that order (the one step of the scans' products over d or over the rows)
+fn rowsFma(acc: ScanRows, wa: vec4f, wb: vec4f, z: u32, ng: u32) -> ScanRows {
+  let s0 = scanMem[z];
+  let s1 = scanMem[z + ng];
+  let s2 = scanMem[z + 2u * ng];
+  let s3 = scanMem[z + 3u * ng];
+  var a = fma(vec4f(wa.x), s0, acc.a);
+  var b = fma(vec4f(wb.x), s0, acc.b);
+  a = fma(vec4f(wa.y), s1, a);
+  b = fma(vec4f(wb.y), s1, b);
+  a = fma(vec4f(wa.z), s2, a);
+  b = fma(vec4f(wb.z), s2, b);
+  a = fma(vec4f(wa.w), s3, a);
+  b = fma(vec4f(wb.w), s3, b);
   return ScanRows(a, b);
 }
 

@@ -39,26 +39,12 @@ fn pSlabProduct(at: ScanAt, sl: ScanSlabs, slab: u32, i: u32, ch: ScanChunk, acc
   if (q0 < cq) {
     n = min(sl.qp, cq - q0);
   }
-  var a = acc.a;
-  var b = acc.b;
+  var rows = acc;
   for (var q = 0u; q < n; q++) {
-    let pa = scanMem[slab + q * p.C + ch.raC];
-    let pb = scanMem[slab + q * p.C + ch.rbC];
     let y = SCAN_ROWS_AT + 4u * (q0 + q) * at.ng + at.cg;
-    let o0 = scanMem[y];
-    let o1 = scanMem[y + at.ng];
-    let o2 = scanMem[y + 2u * at.ng];
-    let o3 = scanMem[y + 3u * at.ng];
-    a = fma(vec4f(pa.x), o0, a);
-    b = fma(vec4f(pb.x), o0, b);
-    a = fma(vec4f(pa.y), o1, a);
-    b = fma(vec4f(pb.y), o1, b);
-    a = fma(vec4f(pa.z), o2, a);
-    b = fma(vec4f(pb.z), o2, b);
-    a = fma(vec4f(pa.w), o3, a);
-    b = fma(vec4f(pb.w), o3, b);
+    rows = rowsFma(rows, scanMem[slab + q * p.C + ch.raC], scanMem[slab + q * p.C + ch.rbC], y, at.ng);
   }
-  return ScanRows(a, b);
+  return rows;
 }
 
 // Entry e of the chunk's C x VT tile of dO (row e / ng, column group e % ng; zero past cv).
