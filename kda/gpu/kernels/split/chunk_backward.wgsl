@@ -98,32 +98,30 @@ fn gvRowsOk(q: u32, cv: u32) -> vec4<bool> {
   return 4u * q + vec4u(0u, 1u, 2u, 3u) < vec4u(cv);
 }
 
-fn gvVn(sBlock: u32, j: u32, q: u32, cv: u32) -> vec4f {
+// Column j of operand `slot` (0 Vn, 1 dO, 2 dVn, 3 V: the left-operand slot it goes to) for rows
+// 4 q..: one function for the four, since WGSL takes no buffer argument (slot is a constant at
+// every call)
+fn gvColumn(slot: u32, at: ChunkAt, sBlock: u32, bBase: u32, j: u32, q: u32, cv: u32) -> vec4f {
   if (!gvRowsLive(j, q, cv)) {
     return vec4f(0.0);
   }
-  return select(vec4f(0.0), statesAt4(sBlock + sVn() + j, gvRows(q, cv) * p.V), gvRowsOk(q, cv));
-}
-
-fn gvDout(at: ChunkAt, j: u32, q: u32, cv: u32) -> vec4f {
-  if (!gvRowsLive(j, q, cv)) {
-    return vec4f(0.0);
+  let rows = gvRows(q, cv);
+  var value: vec4f;
+  switch slot {
+    case 0u: {
+      value = statesAt4(sBlock + sVn() + j, rows * p.V);
+    }
+    case 1u: {
+      value = doutAt4(j, vec4u(aDout()) + vrow4(at, rows) * p.V);
+    }
+    case 2u: {
+      value = bwAt4(bBase + bDVn() + j, rows * p.V);
+    }
+    default: {
+      value = vAt4(j, vec4u(aV()) + vrow4(at, rows) * p.V);
+    }
   }
-  return select(vec4f(0.0), doutAt4(j, vec4u(aDout()) + vrow4(at, gvRows(q, cv)) * p.V), gvRowsOk(q, cv));
-}
-
-fn gvDVn(bBase: u32, j: u32, q: u32, cv: u32) -> vec4f {
-  if (!gvRowsLive(j, q, cv)) {
-    return vec4f(0.0);
-  }
-  return select(vec4f(0.0), bwAt4(bBase + bDVn() + j, gvRows(q, cv) * p.V), gvRowsOk(q, cv));
-}
-
-fn gvV(at: ChunkAt, j: u32, q: u32, cv: u32) -> vec4f {
-  if (!gvRowsLive(j, q, cv)) {
-    return vec4f(0.0);
-  }
-  return select(vec4f(0.0), vAt4(j, vec4u(aV()) + vrow4(at, gvRows(q, cv)) * p.V), gvRowsOk(q, cv));
+  return select(vec4f(0.0), value, gvRowsOk(q, cv));
 }
 
 @compute @workgroup_size(256)
@@ -182,7 +180,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       for (var e = lid; e < GV_SLOT; e += WG) {
         let jj = e % MM_SLICE;
         let q = e / MM_SLICE;
-        gradsV[gvLeft(0u, jj, q)] = gvVn(sBlock, j0 + jj, q, cv);
+        gradsV[gvLeft(0u, jj, q)] = gvColumn(0u, at, sBlock, bBase, j0 + jj, q, cv);
       }
       for (var e = lid; e < MM_SLICE * W4; e += WG) {
         let j = j0 + (e >> kShift);
@@ -199,9 +197,9 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         for (var e = lid; e < GV_SLOT; e += WG) {
           let jj = e % MM_SLICE;
           let q = e / MM_SLICE;
-          gradsV[gvLeft(1u, jj, q)] = gvDout(at, j0 + jj, q, cv);
-          gradsV[gvLeft(2u, jj, q)] = gvDVn(bBase, j0 + jj, q, cv);
-          gradsV[gvLeft(3u, jj, q)] = gvV(at, j0 + jj, q, cv);
+          gradsV[gvLeft(1u, jj, q)] = gvColumn(1u, at, sBlock, bBase, j0 + jj, q, cv);
+          gradsV[gvLeft(2u, jj, q)] = gvColumn(2u, at, sBlock, bBase, j0 + jj, q, cv);
+          gradsV[gvLeft(3u, jj, q)] = gvColumn(3u, at, sBlock, bBase, j0 + jj, q, cv);
         }
         workgroupBarrier();
         if (pmMine) {
@@ -237,8 +235,8 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       for (var e = lid; e < GV_SLOT; e += WG) {
         let jj = e % MM_SLICE;
         let q = e / MM_SLICE;
-        gradsV[gvLeft(1u, jj, q)] = gvDout(at, j0 + jj, q, cv);
-        gradsV[gvLeft(2u, jj, q)] = gvDVn(bBase, j0 + jj, q, cv);
+        gradsV[gvLeft(1u, jj, q)] = gvColumn(1u, at, sBlock, bBase, j0 + jj, q, cv);
+        gradsV[gvLeft(2u, jj, q)] = gvColumn(2u, at, sBlock, bBase, j0 + jj, q, cv);
       }
       for (var e = lid; e < MM_SLICE * W4; e += WG) {
         let j = j0 + (e >> kShift);
