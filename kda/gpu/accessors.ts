@@ -72,6 +72,7 @@ export type AccessorKind =
   | "load"
   | "store"
   | "storeTransposed"
+  | "storeTileTransposed"
   | "gather"
   | "storeRows"
   | "storeTriangle";
@@ -111,6 +112,22 @@ const TEMPLATES: Record<AccessorKind, Template> = {
         `fn ${name}(base: u32, d: u32, j: u32, value: vec4f) {`,
         ...LANES.map((c, i) =>
           `  if (j${plus(i)} < p.V) { ${b}[base + (j${plus(i)}) * p.K + d] = value.${c}; }`
+        ),
+        "}",
+      ].join("\n"),
+  },
+  /**
+   * Stores a 4 x 4 tile of a [K, V] state (rows d.., columns j..) into a [V, K] region, four
+   * channels a store (through the buffer's `<buffer>StoreK`, which the set declares beside it).
+   */
+  storeTileTransposed: {
+    name: (b) => `${b}StoreTileT`,
+    body: (b, _l, name) =>
+      [
+        `fn ${name}(region: u32, d: u32, j: u32, st: mat4x4f) {`,
+        "  let tt = transpose(st);",
+        ...LANES.map((_, i) =>
+          `  if (j${plus(i)} < p.V) { ${b}StoreK(region + (j${plus(i)}) * p.K, d, tt[${i}]); }`
         ),
         "}",
       ].join("\n"),

@@ -767,8 +767,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
   }
   let at = chunkOf(c, wg.z);
   let cv = at.cv;
-  let base = at.wid * workSize();
-  let gBase = at.wid * gsSize();
+  let o = blockOffsets(at);
   let nRG = (cv + 3u) / 4u;
   let nDG = (p.K + 3u) / 4u;
   let last = cv - 1u;
@@ -795,12 +794,12 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     // the E_BLOCK block of the 4 rows: its first row and the row past its end
     let f = E_BLOCK * (r / E_BLOCK);
     let fEnd = min(f + E_BLOCK, cv);
-    let gh0 = workK4(base + wG() + r * p.K, d);
-    let gl0 = workK4(base + wGlo() + r * p.K, d);
-    let gh3 = workK4(base + wG() + rc3 * p.K, d);
-    let gl3 = workK4(base + wGlo() + rc3 * p.K, d);
-    let lReg = gBase + gTL();
-    let pReg = gBase + gP();
+    let gh0 = workK4(o.work + wG() + r * p.K, d);
+    let gl0 = workK4(o.work + wGlo() + r * p.K, d);
+    let gh3 = workK4(o.work + wG() + rc3 * p.K, d);
+    let gl3 = workK4(o.work + wGlo() + rc3 * p.K, d);
+    let lReg = o.gs + gTL();
+    let pReg = o.gs + gP();
 
     // row terms: sum_{s < r_i} dL_{r_i s} k_s E_{r_i s} (and the same with dP), through the
     // anchor r; first the earlier blocks, then r's own block
@@ -808,16 +807,16 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var rp = mat4x4f();
     for (var j0 = 0u; j0 < f; j0 += E_BLOCK) {
       let jl = j0 + E_BLOCK - 1u;
-      let mid = decay4((gh0 - workK4(base + wG() + jl * p.K, d)) + (gl0 - workK4(base + wGlo() + jl * p.K, d)));
+      let mid = decay4((gh0 - workK4(o.work + wG() + jl * p.K, d)) + (gl0 - workK4(o.work + wGlo() + jl * p.K, d)));
       for (var s = j0; s <= jl; s++) {
-        let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gsK4(gBase + gW() + s * p.K, d) * mid);
+        let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gsK4(o.gs + gW() + s * p.K, d) * mid);
         rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
         rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
       }
     }
     for (var s = f; s < r; s++) {
-      let gs4 = workK4(base + wG() + s * p.K, d);
-      let gls4 = workK4(base + wGlo() + s * p.K, d);
+      let gs4 = workK4(o.work + wG() + s * p.K, d);
+      let gls4 = workK4(o.work + wGlo() + s * p.K, d);
       let ks = kK4(aK() + qrow(at, s) * p.K, d) * decay4((gh0 - gs4) + (gl0 - gls4));
       rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
       rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
@@ -829,7 +828,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var cp = mat4x4f();
     for (var rr = rc3 + 1u; rr < fEnd; rr++) {
       let e = decay4(
-        (workK4(base + wG() + rr * p.K, d) - gh3) + (workK4(base + wGlo() + rr * p.K, d) - gl3),
+        (workK4(o.work + wG() + rr * p.K, d) - gh3) + (workK4(o.work + wGlo() + rr * p.K, d) - gl3),
       );
       let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
       let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
@@ -837,10 +836,10 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
     }
     for (var i0 = fEnd; i0 < cv; i0 += E_BLOCK) {
-      let mid = decay4((workK4(base + wG() + i0 * p.K, d) - gh3) + (workK4(base + wGlo() + i0 * p.K, d) - gl3));
+      let mid = decay4((workK4(o.work + wG() + i0 * p.K, d) - gh3) + (workK4(o.work + wGlo() + i0 * p.K, d) - gl3));
       let i1 = min(i0 + E_BLOCK, cv);
       for (var rr = i0; rr < i1; rr++) {
-        let e = gsK4(gBase + gA() + rr * p.K, d) * mid;
+        let e = gsK4(o.gs + gA() + rr * p.K, d) * mid;
         let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
         let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
         cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
@@ -849,10 +848,10 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     }
 
     // the block's own rows, loaded after the long loops (fewer registers held through them)
-    let gh1 = workK4(base + wG() + rc1 * p.K, d);
-    let gh2 = workK4(base + wG() + rc2 * p.K, d);
-    let gl1 = workK4(base + wGlo() + rc1 * p.K, d);
-    let gl2 = workK4(base + wGlo() + rc2 * p.K, d);
+    let gh1 = workK4(o.work + wG() + rc1 * p.K, d);
+    let gh2 = workK4(o.work + wG() + rc2 * p.K, d);
+    let gl1 = workK4(o.work + wGlo() + rc1 * p.K, d);
+    let gl2 = workK4(o.work + wGlo() + rc2 * p.K, d);
     // the six pairs inside the block, e_ij = e^{G_i - G_j}, i > j
     let e10 = decay4((gh1 - gh0) + (gl1 - gl0));
     let e20 = decay4((gh2 - gh0) + (gl2 - gl0));
@@ -914,17 +913,17 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       cl[2] += b3 * gs[lReg + rc3 * p.C + rc2] * k3 * e32;
       cp[2] += gs[pReg + rc3 * p.C + rc2] * q3 * e32;
     }
-    let ghL = workK4(base + wG() + last * p.K, d);
-    let glL = workK4(base + wGlo() + last * p.K, d);
-    elementwiseGrads(gBase, row0, r, d, cv, k0, q0, gh0, gl0, ghL, glL, rl[0], rp[0], cl[0], cp[0]);
+    let ghL = workK4(o.work + wG() + last * p.K, d);
+    let glL = workK4(o.work + wGlo() + last * p.K, d);
+    elementwiseGrads(o.gs, row0, r, d, cv, k0, q0, gh0, gl0, ghL, glL, rl[0], rp[0], cl[0], cp[0]);
     if (v1) {
-      elementwiseGrads(gBase, row1, rc1, d, cv, k1, q1, gh1, gl1, ghL, glL, rl[1], rp[1], cl[1], cp[1]);
+      elementwiseGrads(o.gs, row1, rc1, d, cv, k1, q1, gh1, gl1, ghL, glL, rl[1], rp[1], cl[1], cp[1]);
     }
     if (v2) {
-      elementwiseGrads(gBase, row2, rc2, d, cv, k2, q2, gh2, gl2, ghL, glL, rl[2], rp[2], cl[2], cp[2]);
+      elementwiseGrads(o.gs, row2, rc2, d, cv, k2, q2, gh2, gl2, ghL, glL, rl[2], rp[2], cl[2], cp[2]);
     }
     if (v3) {
-      elementwiseGrads(gBase, row3, rc3, d, cv, k3, q3, gh3, gl3, ghL, glL, rl[3], rp[3], cl[3], cp[3]);
+      elementwiseGrads(o.gs, row3, rc3, d, cv, k3, q3, gh3, gl3, ghL, glL, rl[3], rp[3], cl[3], cp[3]);
     }
   }
   // ABLATE bE }
@@ -939,32 +938,30 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
     return;
   }
   let at = chunkOf(c, wg.z);
-  let cv = at.cv;
-  let base = at.wid * workSize();
-  let gBase = at.wid * gsSize();
+  let o = blockOffsets(at);
 
   // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel
   // ABLATE bF {
-  for (var e = lid; e < cv + p.K; e += WG) {
-    if (e < cv) {
+  for (var e = lid; e < at.cv + p.K; e += WG) {
+    if (e < at.cv) {
       let r = e;
-      var acc = gs[gBase + gBv() + r];
+      var acc = gs[o.gs + gBv() + r];
       for (var d = 0u; d < p.K; d++) {
-        acc += gs[gBase + gKb() + r * p.K + d];
+        acc += gs[o.gs + gKb() + r * p.K + d];
       }
       dbeta[aDbeta() + vrow(at, r)] = acc;
     } else {
-      let d = e - cv;
+      let d = e - at.cv;
       // dg_t = dgamma_C gamma_C + sum_{r >= t} dG_r + sum_{r < t} x_r (see elementwiseGrads)
       var before = 0.0;
-      for (var r = 0u; r < cv; r++) {
+      for (var r = 0u; r < at.cv; r++) {
         dg[aDg() + vrow(at, r) * p.K + d] = before;
-        before += gs[gBase + gKd() + r * p.K + d];
+        before += gs[o.gs + gKd() + r * p.K + d];
       }
-      var acc = gs[gBase + gGam() + d] * work[base + wGam() + d];
-      for (var i = 0u; i < cv; i++) {
-        let r = cv - 1u - i;
-        acc += gs[gBase + gG() + r * p.K + d];
+      var acc = gs[o.gs + gGam() + d] * work[o.work + wGam() + d];
+      for (var i = 0u; i < at.cv; i++) {
+        let r = at.cv - 1u - i;
+        acc += gs[o.gs + gG() + r * p.K + d];
         let i = aDg() + vrow(at, r) * p.K + d;
         dg[i] = acc + dg[i];
       }

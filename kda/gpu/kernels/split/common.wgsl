@@ -90,6 +90,19 @@ fn chunkOf(c: u32, h: u32) -> ChunkAt {
   return ChunkAt(c, c * p.H + h, chunks[i], h, h / p.G, chunks[i + 1u], chunks[i + 2u]);
 }
 
+// Where a chunk-parallel workgroup's (chunk, head) block starts in each per-chunk buffer
+struct BlockOffsets {
+  work: u32,
+  tri: u32,
+  states: u32,
+  bw: u32,
+  gs: u32,
+}
+
+fn blockOffsets(at: ChunkAt) -> BlockOffsets {
+  return BlockOffsets(at.wid * workSize(), at.wid * triSize(), at.wid * stateSize(), at.wid * bwSize(), at.wid * gsSize());
+}
+
 // The chunk of a chunk-parallel workgroup (x and y over the chunks, z over the heads); workgroups
 // past the last chunk have none (the grid wraps x at GRID_X).
 fn chunkIndex(wg: vec3u) -> u32 {

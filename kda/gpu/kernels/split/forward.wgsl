@@ -767,12 +767,7 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         // the chunk-start state, also saved transposed ([V, K]: the output and the backward read
         // it with lanes along K), four channels a store
         publishState(at, sl, st);
-        let tt = transpose(st);
-        let sBase = sBlock + sS();
-        if (at.j < p.V) { statesStoreK(sBase + at.j * p.K, at.d.x, tt[0]); }
-        if (at.j + 1u < p.V) { statesStoreK(sBase + (at.j + 1u) * p.K, at.d.x, tt[1]); }
-        if (at.j + 2u < p.V) { statesStoreK(sBase + (at.j + 2u) * p.K, at.d.x, tt[2]); }
-        if (at.j + 3u < p.V) { statesStoreK(sBase + (at.j + 3u) * p.K, at.d.x, tt[3]); }
+        statesStoreTileT(sBlock + sS(), at.d.x, at.j, st);
       }
       if (i == sl.nD) {
         let va = ua - w.a;

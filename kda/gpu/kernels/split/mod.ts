@@ -181,6 +181,8 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["load", "dqh", "K"],
   ["load", "dkh", "K"],
   ["store", "states", "K"],
+  ["storeTileTransposed", "states", "K"],
+  ["storeTileTransposed", "bw", "K"],
   ["store", "states", "V"],
   ["store", "o", "V"],
   ["store", "ht", "V"],

@@ -135,12 +135,7 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
           scanMem[SCAN_ROWS_AT + lid + WG] = dO1;
         }
         // dS' saved transposed ([V, K]), four channels a store
-        let tt = transpose(st);
-        let dsBase = bBase + bDS();
-        if (at.j < p.V) { bwStoreK(dsBase + at.j * p.K, at.d.x, tt[0]); }
-        if (at.j + 1u < p.V) { bwStoreK(dsBase + (at.j + 1u) * p.K, at.d.x, tt[1]); }
-        if (at.j + 2u < p.V) { bwStoreK(dsBase + (at.j + 2u) * p.K, at.d.x, tt[2]); }
-        if (at.j + 3u < p.V) { bwStoreK(dsBase + (at.j + 3u) * p.K, at.d.x, tt[3]); }
+        bwStoreTileT(bBase + bDS(), at.d.x, at.j, st);
       }
       if (i == sl.nP) {
         publishState(at, sl, st);
