@@ -16,7 +16,7 @@ import { CC, chunkRanges, CK, CV, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
 /** Channels per staged slice of the pairwise products. */
 const LP_BLOCK = 16;
-/** vec4s per row quad of a staged operand of the pairwise products (padded by one, see forward.wgsl). */
+/** vec4s per row quad of a staged operand of the pairwise products (padded by one, see prep.wgsl). */
 const LP_STRIDE = LP_BLOCK + 1;
 /** vec4s of one staged operand of the pairwise products: C / 4 row quads at C = 64. */
 const LP_OPERAND = 16 * LP_STRIDE;
@@ -47,14 +47,14 @@ const SCAN_VEC4 = SCAN_STATE_VEC4 + SCAN_ROWS_VEC4 + 2 * SCAN_SLAB_VEC4;
 const TILE_A_VEC4 = 512;
 const TILE_B_VEC4 = 1024;
 /**
- * vec4s of chunkGradsK's third tile stage (chunk_backward.wgsl): with tileA it holds the C x C
+ * vec4s of chunkGradsK's third tile stage (grads_k.wgsl): with tileA it holds the C x C
  * square of dT, then X (half in each at C = 64), beside T in tileB: 32 KB in all.
  */
 const TILE_K_VEC4 = 512;
 /** Channels (or value columns) per staged slice of the output and gradient products. */
 const MM_SLICE = 16;
 /**
- * vec4s of chunkGradsV's own workgroup array (chunk_backward.wgsl): four left-operand slots of
+ * vec4s of chunkGradsV's own workgroup array (grads_v.wgsl): four left-operand slots of
  * MM_SLICE x C / 4 vec4s and an MM_SLICE x 256 / 4 right-operand slice (32 KB).
  */
 const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
@@ -118,15 +118,15 @@ export const BW: RegionTable = {
 
 /**
  * The backward's per-chunk gradient scratch. W takes a second tenant once the first is spent
- * (chunk_backward.wgsl): it holds dW, then Stage E's factors F. TL holds dL (dT and X stay in
- * workgroup memory), MX holds M, A Stage E's other factors.
+ * (grads_k.wgsl): it holds dW, then Stage E's factors F; A holds the other factors. L holds dL
+ * (dT and X stay in workgroup memory).
  */
 export const GS: RegionTable = {
   prefix: "g",
   sizeFn: "gsSize",
   regions: [
     ...ofSize(CK, "Kd", "Qg", "W", "Kb", "G", "A"),
-    ...ofSize(CC, "P", "TL", "MX"),
+    ...ofSize(CC, "P", "L", "M"),
     { name: "Gam", size: [[1, "K"]] },
     { name: "Bv", size: [[1, "C"]] },
   ],
@@ -238,8 +238,11 @@ export const SPLIT: KernelSet = {
     "directly, packed batches and grouped value heads natively",
   files: [
     new URL("./common.wgsl", import.meta.url),
+    new URL("./prep.wgsl", import.meta.url),
     new URL("./forward.wgsl", import.meta.url),
     new URL("./scan_backward.wgsl", import.meta.url),
+    new URL("./grads_v.wgsl", import.meta.url),
+    new URL("./grads_k.wgsl", import.meta.url),
     new URL("./chunk_backward.wgsl", import.meta.url),
   ],
   include: ["shared"],

@@ -1,0 +1,299 @@
+// The split set's backward, the K side's adjoints of the WY form and the inverse (docs/kda.md
+// 2.3), one workgroup per (chunk, head):
+//   chunkGradsK  wyBackward and inverseBackward (dT, dKb, X, dL), and Stage E's factors
+// It reads what chunkGradsV (grads_v.wgsl) left in gs and leaves dL, dKb, the V half of dbeta and
+// the factors there for pairwiseGrads (chunk_backward.wgsl). Each sum keeps one fixed order.
+
+// ---- the K side: wyBackward, inverseBackward, pairwiseGrads, elementwiseGrads, gateCumsumBackward ----
+//
+// chunkGradsK's workgroup memory up to Stage D: tileB holds T (row r's vec4 q at 16 r + q, zero
+// above the diagonal and past cv), read by dKb, the V half of dbeta, X and dL; the C x C square of
+// dT, then X, is split by vec4 columns, q < 8 in tileA and q >= 8 in tileK (sqSlot). Before the
+// square is written, tileA and tileK stage the channel slices of dW and Kg (colSlot). Stages E and
+// F run as dispatches of their own (pairwiseGrads, gateCumsumBackward).
+
+// chunkGradsK's third tile stage, beside tileA and tileB (32 KB in all)
+var<workgroup> tileK: array<vec4f, TILE_K_VEC4>;
+
+// Rows 4 rq.. of channel d of a [C, K] region of gs as one vec4, zero past cv and K (neighbouring
+// invocations take neighbouring channels: each of the four loads is coalesced)
+fn gsColumn(region: u32, d: u32, rq: u32, cv: u32) -> vec4f {
+  let rows = 4u * rq + vec4u(0u, 1u, 2u, 3u);
+  if (d >= p.K || rows.x >= cv) {
+    return vec4f(0.0);
+  }
+  return select(vec4f(0.0), gsAt4(region + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
+}
+
+// Where channel j's rows 4 rq.. of a staged slice live: 16 vec4s a channel, the row quad XORed
+// with the channel, so that the staging invocations (neighbouring channels) store to different
+// banks while the tiles (neighbouring row quads of one channel) still read from different banks
+fn colSlot(j: u32, rq: u32) -> u32 {
+  return 16u * j + (rq ^ (j & 15u));
+}
+
+// Block j of the lower triangle of a grid of blocks, row by row: (u, v) with v <= u
+fn lowerBlock(j: u32) -> vec2u {
+  var u = 0u;
+  while ((u + 1u) * (u + 2u) / 2u <= j) {
+    u++;
+  }
+  return vec2u(u, j - u * (u + 1u) / 2u);
+}
+
+// Where row a's vec4 column q of the square lives in its half: 8 vec4s a row, the column XORed
+// with the row's block, so that invocations on neighbouring row blocks read different banks
+fn sqSlot(a: u32, q: u32) -> u32 {
+  return 8u * a + ((q & 7u) ^ ((a >> 2u) & 7u));
+}
+
+// Rows 4 rb.. of the square at vec4 column q: sqBlockA for q < 8 (in tileA), sqBlockK for q >= 8
+fn sqBlockA(rb: u32, q: u32) -> mat4x4f {
+  let a = 4u * rb;
+  return mat4x4f(tileA[sqSlot(a, q)], tileA[sqSlot(a + 1u, q)], tileA[sqSlot(a + 2u, q)], tileA[sqSlot(a + 3u, q)]);
+}
+
+fn sqBlockK(rb: u32, q: u32) -> mat4x4f {
+  let a = 4u * rb;
+  return mat4x4f(tileK[sqSlot(a, q)], tileK[sqSlot(a + 1u, q)], tileK[sqSlot(a + 2u, q)], tileK[sqSlot(a + 3u, q)]);
+}
+
+// Stores a tile (rows 4 rb.., vec4 column q) into the square
+fn sqStore(rb: u32, q: u32, t: mat4x4f) {
+  let a = 4u * rb;
+  if (q < 8u) {
+    tileA[sqSlot(a, q)] = t[0];
+    tileA[sqSlot(a + 1u, q)] = t[1];
+    tileA[sqSlot(a + 2u, q)] = t[2];
+    tileA[sqSlot(a + 3u, q)] = t[3];
+  } else {
+    tileK[sqSlot(a, q)] = t[0];
+    tileK[sqSlot(a + 1u, q)] = t[1];
+    tileK[sqSlot(a + 2u, q)] = t[2];
+    tileK[sqSlot(a + 3u, q)] = t[3];
+  }
+}
+
+// Rows 4 rb.. of T at vec4 column q, from tileB
+fn tBlock(rb: u32, q: u32) -> mat4x4f {
+  let i = 64u * rb + q;
+  return mat4x4f(tileB[i], tileB[i + 16u], tileB[i + 32u], tileB[i + 48u]);
+}
+
+// acc + lhs_j (x) rhs_j for j = 0..3: four steps of a sum of outer products (tileFma)
+fn blockFma(acc: mat4x4f, lhs: mat4x4f, rhs: mat4x4f) -> mat4x4f {
+  return tileFma(tileFma(tileFma(tileFma(acc, lhs[0], rhs[0]), lhs[1], rhs[1]), lhs[2], rhs[2]), lhs[3], rhs[3]);
+}
+
+// Tile t of rows r.., columns c.. with only its strictly lower entries of rows < cv kept
+fn strictLower(t: mat4x4f, r: u32, c: u32, cv: u32) -> mat4x4f {
+  let cols = vec4u(c) + vec4u(0u, 1u, 2u, 3u);
+  let rows = vec4u(r) + vec4u(0u, 1u, 2u, 3u);
+  let lim = select(vec4u(0u), rows, rows < vec4u(cv));
+  return mat4x4f(
+    select(vec4f(0.0), t[0], cols < vec4u(lim.x)),
+    select(vec4f(0.0), t[1], cols < vec4u(lim.y)),
+    select(vec4f(0.0), t[2], cols < vec4u(lim.z)),
+    select(vec4f(0.0), t[3], cols < vec4u(lim.w)),
+  );
+}
+
+@compute @workgroup_size(256)
+fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+  let gBase = at.wid * gsSize();
+  let nRG = (cv + 3u) / 4u;
+  let nDG = (p.K + 3u) / 4u;
+  let last = cv - 1u;
+
+  let lanes = vec4u(0u, 1u, 2u, 3u);
+  // the lower 4 x 4 blocks of a C x C matrix: the tiles of dT, X and dL
+  let nB = nRG * (nRG + 1u) / 2u;
+
+  // T into tileB once, for dKb, the V half of dbeta, X and dL: row r's vec4 q at 16 r + q, zero
+  // above the diagonal and past cv (so that every sum over a triangle may run over whole blocks)
+  for (var e = lid; e < 16u * p.C; e += WG) {
+    let r = e / 16u;
+    let s4 = 4u * (e % 16u) + lanes;
+    var t = vec4f(0.0);
+    if (r < cv && s4.x <= r) {
+      t = select(vec4f(0.0), triAt4(tbase + rT() + r * p.C, min(s4, vec4u(last))), s4 <= vec4u(r));
+    }
+    tileB[e] = t;
+  }
+  workgroupBarrier();
+
+  // dKb = T^T dW (T_rs = 0 for r < s, so the sum over r starts at the tile's first row s), over
+  // slices of 64 channels of dW staged transposed (channel j's rows 4 rq.. at colSlot: the first
+  // 32 channels in tileA, the rest in tileK). 4 rows s x 4 channels a tile, every invocation on
+  // one at C = 64; neighbouring invocations take neighbouring s (different banks of both operands)
+  // ABLATE bKb {
+  let kbS = lid % nRG;
+  let kbQ = lid / nRG;
+  for (var d0 = 0u; d0 < p.K; d0 += 64u) {
+    for (var e = lid; e < 1024u; e += WG) {
+      let jj = e % 64u;
+      let v = gsColumn(gBase + gW(), d0 + jj, e / 64u, cv);
+      if (jj < 32u) {
+        tileA[colSlot(jj, e / 64u)] = v;
+      } else {
+        tileK[colSlot(jj - 32u, e / 64u)] = v;
+      }
+    }
+    workgroupBarrier();
+    if (kbQ < 16u && d0 + 4u * kbQ < p.K) {
+      var kb = mat4x4f();
+      // the tile's four channels in their half, then row quad by row quad (dW's rows transposed
+      // in registers to vec4s over the channels)
+      let j0 = 4u * (kbQ % 8u);
+      if (kbQ < 8u) {
+        for (var rq = kbS; rq < nRG; rq++) {
+          let w = mat4x4f(
+            tileA[colSlot(j0, rq)],
+            tileA[colSlot(j0 + 1u, rq)],
+            tileA[colSlot(j0 + 2u, rq)],
+            tileA[colSlot(j0 + 3u, rq)],
+          );
+          kb = blockFma(kb, tBlock(rq, kbS), transpose(w));
+        }
+      } else {
+        for (var rq = kbS; rq < nRG; rq++) {
+          let w = mat4x4f(
+            tileK[colSlot(j0, rq)],
+            tileK[colSlot(j0 + 1u, rq)],
+            tileK[colSlot(j0 + 2u, rq)],
+            tileK[colSlot(j0 + 3u, rq)],
+          );
+          kb = blockFma(kb, tBlock(rq, kbS), transpose(w));
+        }
+      }
+      gsStoreRows(gBase + gKb(), 4u * kbS, d0 + 4u * kbQ, kb, cv, p.K);
+    }
+    workgroupBarrier();
+  }
+  // ABLATE bKb }
+
+  // Stage B, wyBackward: dT = dW Kb^T + dU Vb^T (strictly lower part only: dL needs no more),
+  // with dW Kb^T = (dW Kg^T) diag(beta), Kg from the dG region, and dU Vb^T = M diag(beta); over
+  // slices of 32 channels of dW (tileA) and Kg (tileK) staged transposed as for dKb. 4 rows r x 4
+  // columns s a tile, the lower blocks only; the result into the square for Stage C
+  // ABLATE bdT {
+  var dt = mat4x4f();
+  let bBlk = lowerBlock(lid);
+  for (var d0 = 0u; d0 < p.K; d0 += 32u) {
+    for (var e = lid; e < 512u; e += WG) {
+      let jj = e % 32u;
+      tileA[colSlot(jj, e / 32u)] = gsColumn(gBase + gW(), d0 + jj, e / 32u, cv);
+      tileK[colSlot(jj, e / 32u)] = gsColumn(gBase + gG(), d0 + jj, e / 32u, cv);
+    }
+    workgroupBarrier();
+    if (lid < nB) {
+      let n = min(32u, p.K - d0);
+      for (var dd = 0u; dd < n; dd++) {
+        dt = tileFma(dt, tileA[colSlot(dd, bBlk.x)], tileK[colSlot(dd, bBlk.y)]);
+      }
+    }
+    workgroupBarrier();
+  }
+  if (lid < nB) {
+    let rows = rows4(4u * bBlk.x, last);
+    let cols = rows4(4u * bBlk.y, last);
+    let mRows = vec4u(gBase + gM()) + rows * p.C;
+    let m = mat4x4f(gsAt4(mRows.x, cols), gsAt4(mRows.y, cols), gsAt4(mRows.z, cols), gsAt4(mRows.w, cols));
+    let betaC = betaAt4(aBeta(), vrow4(at, cols));
+    sqStore(bBlk.x, bBlk.y, strictLower(tileScaleCols(dt + m, betaC), 4u * bBlk.x, 4u * bBlk.y, cv));
+  }
+  // ABLATE bdT }
+  stageBarrier();
+
+  // Stage E's factors, once per (row, channel), from the gates alone: with rows in blocks of
+  // E_BLOCK, F_r = e^{G_e - G_r} to the last row e of r's block (into W: dW is spent) and
+  // A_r = e^{G_r - G_f} from its first row f. Both exponents are <= 0.
+  // ABLATE bEf {
+  // (four channels an invocation)
+  for (var e = lid; e < cv * nDG; e += WG) {
+    let r = e / nDG;
+    let d = 4u * (e % nDG);
+    let f = E_BLOCK * (r / E_BLOCK);
+    let eb = min(f + E_BLOCK - 1u, last);
+    let gh = workK4(base + wG() + r * p.K, d);
+    let gl = workK4(base + wGlo() + r * p.K, d);
+    let fw = decay4((workK4(base + wG() + eb * p.K, d) - gh) + (workK4(base + wGlo() + eb * p.K, d) - gl));
+    let aw = decay4((gh - workK4(base + wG() + f * p.K, d)) + (gl - workK4(base + wGlo() + f * p.K, d)));
+    gsStoreRow(gBase + gW(), r, d, fw, cv, p.K);
+    gsStoreRow(gBase + gA(), r, d, aw, cv, p.K);
+  }
+  // ABLATE bEf }
+
+  // the V half of dbeta, sum_{r >= s} T_rs M_rs, on the last C invocations (beside Stage C's
+  // tiles); a warp's invocations start at one row (its first s), so that each load of M is one
+  // coalesced row, and the rows r < s add exact zeros (T_rs = 0, and M's upper part is masked)
+  if (lid + p.C >= WG) {
+    let s = lid + p.C - WG;
+    if (s < cv) {
+      var acc = 0.0;
+      for (var r = s - s % 32u; r < cv; r++) {
+        let m = select(0.0, gs[gBase + gM() + r * p.C + s], r >= s);
+        acc += tileB[16u * r + s / 4u][s % 4u] * m;
+      }
+      gs[gBase + gBv() + s] = acc;
+    }
+  }
+
+  // Stage C, inverseBackward: X = dT T^T for a > s (T lower, dT strictly lower: b <= s; the
+  // terms past a row's own s are zeros of T), into the square over dT once every tile has read
+  // it. 4 rows a x 4 columns s a tile, the lower blocks column by column (neighbouring invocations
+  // share T's rows s and read dT's rows from different banks); both operands' rows are read as
+  // vec4s over b and transposed in registers
+  // ABLATE bC {
+  let cBlk = lowerBlock(lid);
+  let cs = nRG - 1u - cBlk.x;
+  let ca = nRG - 1u - cBlk.y;
+  var xt = mat4x4f();
+  if (lid < nB) {
+    for (var bq = 0u; bq <= min(cs, 7u); bq++) {
+      xt = blockFma(xt, transpose(sqBlockA(ca, bq)), transpose(tBlock(cs, bq)));
+    }
+    for (var bq = 8u; bq <= cs; bq++) {
+      xt = blockFma(xt, transpose(sqBlockK(ca, bq)), transpose(tBlock(cs, bq)));
+    }
+  }
+  workgroupBarrier();
+  if (lid < nB) {
+    sqStore(ca, cs, xt);
+  }
+  // ABLATE bC }
+  stageBarrier();
+
+  // Stage D, inverseBackward: dL = strict_lower(-T^T X), into L; 4 rows r x 4 columns s a tile,
+  // the lower blocks column by column (T_ar = 0 for a < r, so the sum over a starts at the tile's
+  // first row); the blocks above the diagonal are stored as zeros by the invocations left over
+  // ABLATE bD {
+  let dBlk = lowerBlock(lid);
+  if (lid < nB) {
+    let ds = nRG - 1u - dBlk.x;
+    let dr = nRG - 1u - dBlk.y;
+    var dl = mat4x4f();
+    if (ds < 8u) {
+      for (var aq = dr; aq < nRG; aq++) {
+        dl = blockFma(dl, tBlock(aq, dr), sqBlockA(aq, ds));
+      }
+    } else {
+      for (var aq = dr; aq < nRG; aq++) {
+        dl = blockFma(dl, tBlock(aq, dr), sqBlockK(aq, ds));
+      }
+    }
+    gsStoreTri(gBase + gL(), 4u * dr, 4u * ds, dl * -1.0, cv, 1u);
+  } else if (lid < nRG * nRG) {
+    let up = lowerBlock(lid - nB);
+    gsStoreTri(gBase + gL(), 4u * up.y, 4u * (up.x + 1u), mat4x4f(), cv, 1u);
+  }
+  // ABLATE bD }
+}

@@ -1,0 +1,502 @@
+// The split set's chunk-parallel forward preparation (docs/kda.md 2.2), one workgroup per (chunk,
+// head), named as in kda/chunk.ts:
+//   chunkPrep    gateCumsum, gateFactors, pairwiseDecay and intraChunk (L, P, T, W, U)
+// Every exponent is <= 0 (a difference G_r - G_s with r >= s), every sum runs in one fixed order,
+// nothing uses atomics. Lines "// ABLATE name {" / "}" mark sections bench/ablate.ts can remove.
+
+// ---- chunkPrep ----
+
+// The pairwise products factor each decay through anchor rows. Rows form 4-row blocks; for r in
+// block I and s in an earlier block J, with a_I the first row of I and e_J the last of J,
+//   e^{G_r - G_s} = e^{G_r - G_aI} e^{G_aI - G_eJ} e^{G_eJ - G_s},
+// three factors <= 1. The first and last are staged once per (row, channel): A = k e^{G_r - G_a},
+// Qa = q e^{G_r - G_a}, Bk = k e^{G_e - G_r}; the middle one is one exp per channel for the pair
+// of blocks. Pairs inside one block are formed directly (six exps per channel), and those blocks'
+// channels are split over four invocations whose partial sums are added in a fixed order.
+
+// gateCumsum and gateFactors run over slices of CS_BLOCK channels staged in prep (floats): g, and
+// q and k for the factors, row r of the slice at r CS_BLOCK (all 256 invocations loading
+// neighbouring floats of a row at once), then the totals of the row parts. A channel's rows are cut
+// into WG / CS_BLOCK parts of C / 8 rows, one invocation each.
+const CS_BLOCK: u32 = 32u;
+const CS_Q: u32 = 2048u;
+const CS_K: u32 = 4096u;
+// vec4 index of the parts' totals (gateSumPack), part j of channel dd at CS_TOTALS + j CS_BLOCK + dd
+const CS_TOTALS: u32 = 1536u;
+
+// The substitution matrix in prep (floats): T_ij at i SUB + j below the diagonal, L_ij (and then
+// the blocks Z of the blocked inverse) at j SUB + i above it. The stride is padded by one float so
+// that a warp reading down a column of either triangle touches 32 different banks.
+fn subStride() -> u32 {
+  return p.C + 1u;
+}
+
+// L_ij (i > j) as the substitution reads it: zero in rows past the valid ones, which the pairwise
+// products leave unwritten (so T's rows there are finite, and are never read for valid rows).
+fn substL(i: u32, j: u32, cv: u32) -> f32 {
+  return select(0.0, prepF(j * subStride() + i), i < cv);
+}
+
+// Row r of a strictly lower tile of L (columns sb..), stored transposed into the upper triangle
+// of the substitution matrix: its strict lower triangle will hold T.
+fn storeLtRow(r: u32, sb: u32, v: vec4f, cv: u32) {
+  if (r >= cv) {
+    return;
+  }
+  let sub = subStride();
+  if (sb < r) { prepSet(sb * sub + r, v.x); }
+  if (sb + 1u < r) { prepSet((sb + 1u) * sub + r, v.y); }
+  if (sb + 2u < r) { prepSet((sb + 2u) * sub + r, v.z); }
+  if (sb + 3u < r) { prepSet((sb + 3u) * sub + r, v.w); }
+}
+
+// The off-diagonal 16 x 16 block pair q of the blocked inverse (row block bi > column block bk,
+// in the order (1, 0), (2, 0), (2, 1), (3, 0), ...)
+fn blockPair(q: u32) -> vec2u {
+  var bi = 1u;
+  while ((bi + 1u) * bi / 2u <= q) {
+    bi += 1u;
+  }
+  return vec2u(bi, q - bi * (bi - 1u) / 2u);
+}
+
+// Entry e of Z = T_ii L_ik over the off-diagonal blocks (256 entries a block, rows fastest): the
+// diagonal block inverse T_ii (unit lower) applied to the block of L below it, summed in
+// ascending column of T_ii. Zero past the blocks.
+fn substZ(e: u32, nZ: u32, cv: u32) -> f32 {
+  if (e >= nZ) {
+    return 0.0;
+  }
+  let pair = blockPair(e / 256u);
+  let i0 = 16u * pair.x;
+  let r = i0 + e % 16u;
+  let col = 16u * pair.y + (e / 16u) % 16u;
+  let sub = subStride();
+  var z = substL(r, col, cv);
+  for (var m = i0; m < r; m++) {
+    z = fma(prepF(r * sub + m), substL(m, col, cv), z);
+  }
+  return z;
+}
+
+// Where entry e of Z replaces L_ik (its float in prep)
+fn substZAt(e: u32) -> u32 {
+  let pair = blockPair(e / 256u);
+  return (16u * pair.y + (e / 16u) % 16u) * subStride() + 16u * pair.x + e % 16u;
+}
+
+// T diag(beta) for rows 4 rq.. of column s (s = e % C, rq = e / C: neighbouring invocations read
+// neighbouring floats and store neighbouring T entries), zero past the valid rows, read from the
+// substitution matrix (T_rs below the diagonal, 1 on it, 0 above); T itself is stored to tri on
+// the way.
+fn tQuad(at: ChunkAt, tbase: u32, e: u32) -> vec4f {
+  let s = e % p.C;
+  let rq = e / p.C;
+  var t = vec4f(0.0);
+  if (s >= at.cv) {
+    return t;
+  }
+  let rows = 4u * rq + vec4u(0u, 1u, 2u, 3u);
+  let m = prepAt4(s, min(rows, vec4u(p.C - 1u)) * subStride());
+  t = select(select(vec4f(0.0), vec4f(1.0), rows == vec4u(s)), m, rows > vec4u(s));
+  let ok = rows < vec4u(at.cv);
+  t = select(vec4f(0.0), t, ok);
+  let col = tbase + rT() + s;
+  if (ok.x) { tri[col + rows.x * p.C] = t.x; }
+  if (ok.y) { tri[col + rows.y * p.C] = t.y; }
+  if (ok.z) { tri[col + rows.z * p.C] = t.z; }
+  if (ok.w) { tri[col + rows.w * p.C] = t.w; }
+  return t * beta[aBeta() + vrow(at, s)];
+}
+
+// Where tQuad's entry e lives as the left operand of W and U: s C/4 + rq
+fn tSlot(e: u32) -> u32 {
+  return (e % p.C) * (p.C / 4u) + e / p.C;
+}
+
+// Entry e of a staged slice of W's or U's right operand (sd rows from s0, nq vec4 columns from
+// vec4 column q0): K (.) Gamma, left in W by gateFactors, or V; zero past the valid rows.
+fn wuValue(at: ChunkAt, base: u32, which: u32, s0: u32, sd: u32, q0: u32, nq: u32, e: u32) -> vec4f {
+  let s = s0 + e / nq;
+  let j = 4u * (q0 + e % nq);
+  if (e >= sd * nq || s >= at.cv) {
+    return vec4f(0.0);
+  }
+  if (which == 0u) {
+    return workK4(base + wW() + s * p.K, j);
+  }
+  return vCols(aV() + vrow(at, s) * p.V, j);
+}
+
+@compute @workgroup_size(256)
+fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = chunkIndex(wg);
+  if (c >= p.NCT) {
+    return;
+  }
+  let at = chunkOf(c, wg.z);
+  let cv = at.cv;
+  let last = cv - 1u;
+  let base = at.wid * workSize();
+  let tbase = at.wid * triSize();
+
+  // gateCumsum: G_r = sum_{s <= r} g_s per channel in token order, in fixed point (gateSumAdd),
+  // over slices of CS_BLOCK channels staged in prep. Each of a channel's eight parts sums its rows
+  // from workgroup memory, the totals meet in prep, and each part then restarts from the sum of the
+  // parts before it. Integer sums are exact, so the bits are those of one pass, and G_C (the sum
+  // of all parts) is known to every part: gateFactors runs in the same pass, with no second read
+  // of G from memory.
+  let rp = p.C / (WG / CS_BLOCK);
+  let csd = lid % CS_BLOCK;
+  let part = lid / CS_BLOCK;
+  // ABLATE cumsum {
+  for (var d0 = 0u; d0 < p.K; d0 += CS_BLOCK) {
+    let d = d0 + csd;
+    for (var e = lid; e < cv * CS_BLOCK; e += WG) {
+      let r = e / CS_BLOCK;
+      let dc = d0 + e % CS_BLOCK;
+      var gv = 0.0;
+      var qv = 0.0;
+      var kv = 0.0;
+      if (dc < p.K) {
+        gv = g[aG() + vrow(at, r) * p.K + dc];
+        // ABLATE factors {
+        let row = qrow(at, r) * p.K + dc;
+        qv = q[aQ() + row];
+        kv = k[aK() + row];
+        // ABLATE factors }
+      }
+      prepSet(e, gv);
+      prepSet(CS_Q + e, qv);
+      prepSet(CS_K + e, kv);
+    }
+    workgroupBarrier();
+    let r0 = min(part * rp, cv);
+    let r1 = min(r0 + rp, cv);
+    var acc = GateSum(0i, 0u);
+    for (var r = r0; r < r1; r++) {
+      acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
+    }
+    prep[CS_TOTALS + lid] = gateSumPack(acc);
+    workgroupBarrier();
+    var total = GateSum(0i, 0u);
+    acc = GateSum(0i, 0u);
+    for (var j = 0u; j < WG / CS_BLOCK; j++) {
+      if (j == part) {
+        acc = total;
+      }
+      total = gateSumJoin(total, gateSumUnpack(prep[CS_TOTALS + j * CS_BLOCK + csd]));
+    }
+    if (d < p.K) {
+      for (var r = r0; r < r1; r++) {
+        acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
+        let hi = gateSumHi(acc);
+        let lo = gateSumLo(acc);
+        let i = base + r * p.K + d;
+        work[wG() + i] = hi;
+        work[wGlo() + i] = lo;
+        // gateFactors: Qg = scale Q (.) Gamma, Kd = K (.) e^{G_C - G}, and K (.) Gamma left in W
+        // (the right operand W's product stages, before W replaces it). G_C - G_r is the integer
+        // sum of the gates after row r, exact before its one rounding: formed from the floats hi
+        // and lo, a compiler may regroup it around the G_r beside it (e^{G_r}) and lose it.
+        // ABLATE factors {
+        let rest = gateSumSub(total, acc);
+        let f = decay4(vec4f(hi + lo, gateSumHi(rest) + gateSumLo(rest), 0.0, 0.0));
+        let kv = prepF(CS_K + r * CS_BLOCK + csd);
+        work[wQg() + i] = p.scale * prepF(CS_Q + r * CS_BLOCK + csd) * f.x;
+        work[wKd() + i] = kv * f.y;
+        work[wW() + i] = kv * f.x;
+        // ABLATE factors }
+      }
+      if (part == 0u) {
+        work[base + wGam() + d] = decay(gateSumHi(total) + gateSumLo(total));
+      }
+    }
+    // the next slice overwrites the staged rows and the totals
+    workgroupBarrier();
+  }
+  // ABLATE cumsum }
+  stageBarrier();
+
+  // pairwiseDecay and the pairwise products of L and P (see above). Invocations 0..119 take the
+  // pairs of different blocks, 128..191 a block's own pairs and a quarter of its channels, so no
+  // warp mixes the two paths.
+  let nRG = (cv + 3u) / 4u;
+  let nOff = nRG * (nRG - 1u) / 2u;
+  let diagonal = lid >= 128u;
+  var rg = 0u;
+  var sg = 0u;
+  var cg = 0u;
+  if (diagonal) {
+    rg = (lid - 128u) / 4u;
+    sg = rg;
+    cg = (lid - 128u) % 4u;
+  } else {
+    rg = u32((1.0 + sqrt(1.0 + 8.0 * f32(lid))) * 0.5);
+    while (rg > 0u && rg * (rg - 1u) / 2u > lid) {
+      rg -= 1u;
+    }
+    while ((rg + 1u) * rg / 2u <= lid) {
+      rg += 1u;
+    }
+    sg = lid - rg * (rg - 1u) / 2u;
+  }
+  let rb = 4u * rg;
+  let sb = 4u * sg;
+  let inTriangle = select(lid < nOff, rg < nRG, diagonal);
+  // the staged operands of a slice of LP_BLOCK channels, each a vec4 over a row quad at
+  // rq LP_STRIDE + channel (the stride padded by one vec4, so that quads read together by one
+  // warp fall on different banks): K, Q, G hi, G lo and the anchored A, Qa, Bk
+  let oK = 0u;
+  let oQ = LP_OPERAND;
+  let oGh = 2u * LP_OPERAND;
+  let oGl = 3u * LP_OPERAND;
+  let oA = 4u * LP_OPERAND;
+  let oQa = 5u * LP_OPERAND;
+  let oB = 6u * LP_OPERAND;
+  let quadR = rg * LP_STRIDE;
+  let quadS = sg * LP_STRIDE;
+  var lt = mat4x4f();
+  var pt = mat4x4f();
+  // ABLATE lp {
+  for (var d0 = 0u; d0 < p.K; d0 += LP_BLOCK) {
+    // one (row quad, channel) an invocation: its four rows (clamped to the last valid one) of k, q
+    // and G loaded at once, and the decays from the quad's first row and to its last formed in
+    // registers, so the slice is staged between two barriers
+    for (var e = lid; e < nRG * LP_BLOCK; e += WG) {
+      let dd = e % LP_BLOCK;
+      let rq = e / LP_BLOCK;
+      let d = d0 + dd;
+      var k4 = vec4f(0.0);
+      var q4 = vec4f(0.0);
+      var gh = vec4f(0.0);
+      var gl = vec4f(0.0);
+      if (d < p.K) {
+        let rows = rows4(4u * rq, last);
+        let tok = qrow4(at, rows) * p.K;
+        k4 = kAt4(aK() + d, tok);
+        q4 = qAt4(aQ() + d, tok);
+        gh = workAt4(base + wG() + d, rows * p.K);
+        gl = workAt4(base + wGlo() + d, rows * p.K);
+      }
+      let fa = decay4((gh - vec4f(gh.x)) + (gl - vec4f(gl.x)));
+      let fe = decay4((vec4f(gh.w) - gh) + (vec4f(gl.w) - gl));
+      let slot = rq * LP_STRIDE + dd;
+      prep[oK + slot] = k4;
+      prep[oQ + slot] = q4;
+      prep[oGh + slot] = gh;
+      prep[oGl + slot] = gl;
+      prep[oA + slot] = k4 * fa;
+      prep[oQa + slot] = q4 * fa;
+      prep[oB + slot] = k4 * fe;
+    }
+    workgroupBarrier();
+    if (inTriangle) {
+      let dn = min(LP_BLOCK, p.K - d0);
+      if (!diagonal) {
+        // block sg is full (it lies before block rg), so its last row is lane w of its quad
+        for (var dd = 0u; dd < dn; dd++) {
+          let mid = decay(
+            (prep[oGh + quadR + dd].x - prep[oGh + quadS + dd].w) +
+              (prep[oGl + quadR + dd].x - prep[oGl + quadS + dd].w),
+          );
+          let b4 = prep[oB + quadS + dd];
+          lt = tileFma(lt, prep[oA + quadR + dd] * mid, b4);
+          pt = tileFma(pt, prep[oQa + quadR + dd] * mid, b4);
+        }
+      } else {
+        for (var dd = cg; dd < dn; dd += 4u) {
+          let gh = prep[oGh + quadR + dd];
+          let gl = prep[oGl + quadR + dd];
+          let k4 = prep[oK + quadR + dd];
+          let q4 = prep[oQ + quadR + dd];
+          // the six pairs i > j of the block: e10 e20 e21 e30 in e1, e31 e32 in e2
+          let e1 = decay4(
+            vec4f(gh.y - gh.x, gh.z - gh.x, gh.z - gh.y, gh.w - gh.x) +
+              vec4f(gl.y - gl.x, gl.z - gl.x, gl.z - gl.y, gl.w - gl.x),
+          );
+          let e2 = decay4(vec4f(gh.w - gh.y, gh.w - gh.z, 0.0, 0.0) + vec4f(gl.w - gl.y, gl.w - gl.z, 0.0, 0.0));
+          lt[1] += vec4f(k4.y * (k4.x * e1.x), 0.0, 0.0, 0.0);
+          lt[2] += vec4f(k4.z * (k4.x * e1.y), k4.z * (k4.y * e1.z), 0.0, 0.0);
+          lt[3] += vec4f(k4.w * (k4.x * e1.w), k4.w * (k4.y * e2.x), k4.w * (k4.z * e2.y), 0.0);
+          pt[0] += vec4f(q4.x * k4.x, 0.0, 0.0, 0.0);
+          pt[1] += vec4f(q4.y * (k4.x * e1.x), q4.y * k4.y, 0.0, 0.0);
+          pt[2] += vec4f(q4.z * (k4.x * e1.y), q4.z * (k4.y * e1.z), q4.z * k4.z, 0.0);
+          pt[3] += vec4f(q4.w * (k4.x * e1.w), q4.w * (k4.y * e2.x), q4.w * (k4.z * e2.y), q4.w * k4.w);
+        }
+      }
+    }
+    workgroupBarrier();
+  }
+  // ABLATE lp }
+  // a diagonal block's four partial sums, added in channel-group order by its first invocation
+  let parts = PREP_HALF + (rg * 3u + cg - 1u) * 8u;
+  if (diagonal && inTriangle && cg > 0u) {
+    prep[parts] = lt[0];
+    prep[parts + 1u] = lt[1];
+    prep[parts + 2u] = lt[2];
+    prep[parts + 3u] = lt[3];
+    prep[parts + 4u] = pt[0];
+    prep[parts + 5u] = pt[1];
+    prep[parts + 6u] = pt[2];
+    prep[parts + 7u] = pt[3];
+  }
+  workgroupBarrier();
+  if (inTriangle && (!diagonal || cg == 0u)) {
+    if (diagonal) {
+      for (var part = 0u; part < 3u; part++) {
+        let at4 = PREP_HALF + (rg * 3u + part) * 8u;
+        lt += mat4x4f(prep[at4], prep[at4 + 1u], prep[at4 + 2u], prep[at4 + 3u]);
+        pt += mat4x4f(prep[at4 + 4u], prep[at4 + 5u], prep[at4 + 6u], prep[at4 + 7u]);
+      }
+    }
+    let beta4 = betaAt4(aBeta(), vrow4(at, rows4(rb, last)));
+    let ls = tileScaleRows(lt, beta4);
+    triStoreTri(tbase + rL(), rb, sb, ls, cv, 1u);
+    triStoreTri(tbase + rP(), rb, sb, p.scale * pt, cv, 0u);
+    // L^T into the substitution matrix, which needs no other initial value
+    storeLtRow(rb, sb, ls[0], cv);
+    storeLtRow(rb + 1u, sb, ls[1], cv);
+    storeLtRow(rb + 2u, sb, ls[2], cv);
+    storeLtRow(rb + 3u, sb, ls[3], cv);
+  }
+  // the blocks above the diagonal
+  for (var e = lid; e < cv * cv; e += WG) {
+    let r = e / cv;
+    let s = e % cv;
+    if (s / 4u > r / 4u) {
+      tri[tbase + rL() + r * p.C + s] = 0.0;
+      tri[tbase + rP() + r * p.C + s] = 0.0;
+    }
+  }
+  workgroupBarrier();
+
+  // T = (I + L)^(-1) as a blocked inverse in workgroup memory (subStride's layout: T below the
+  // diagonal, L above it, stored by the pairwise products), in C / 16 row blocks of 16:
+  // 1. each diagonal block's inverse T_ii by forward substitution, all blocks at once: at step m
+  //    every later row i of the block takes its term in each column j <= m (T_im = -L_im, first
+  //    written then), so each entry sums in ascending m; 15 barrier-separated steps in all;
+  // 2. Z_ik = T_ii L_ik for each block of L below the diagonal, replacing L_ik;
+  // 3. the blocks below the diagonal by their distance d from it, those of one distance at once:
+  //    T_ij = -sum_{j <= k < i} Z_ik T_kj (from (I + L) T = I), which reads only nearer blocks.
+  // Some 20 barriers instead of one per row of the chunk.
+  // ABLATE subst {
+  let sub = subStride();
+  let nb = p.C / 16u;
+  for (var m = 0u; m < 15u; m++) {
+    let cnt = (15u - m) * (m + 1u);
+    if (lid < nb * cnt) {
+      let b0 = 16u * (lid / cnt);
+      let e = lid % cnt;
+      let i = b0 + m + 1u + e / (m + 1u);
+      let j = b0 + e % (m + 1u);
+      let lim = substL(i, b0 + m, cv);
+      var t = -lim;
+      if (j < b0 + m) {
+        t = prepF(i * sub + j) - lim * prepF((b0 + m) * sub + j);
+      }
+      prepSet(i * sub + j, t);
+    }
+    workgroupBarrier();
+  }
+  // nb (nb - 1) / 2 blocks of 256 entries: at most six an invocation, all read before any is
+  // written over the L it reads
+  let nZ = nb * (nb - 1u) / 2u * 256u;
+  if (nZ > 0u) {
+    let z0 = substZ(lid, nZ, cv);
+    let z1 = substZ(lid + WG, nZ, cv);
+    let z2 = substZ(lid + 2u * WG, nZ, cv);
+    let z3 = substZ(lid + 3u * WG, nZ, cv);
+    let z4 = substZ(lid + 4u * WG, nZ, cv);
+    let z5 = substZ(lid + 5u * WG, nZ, cv);
+    workgroupBarrier();
+    if (lid < nZ) { prepSet(substZAt(lid), z0); }
+    if (lid + WG < nZ) { prepSet(substZAt(lid + WG), z1); }
+    if (lid + 2u * WG < nZ) { prepSet(substZAt(lid + 2u * WG), z2); }
+    if (lid + 3u * WG < nZ) { prepSet(substZAt(lid + 3u * WG), z3); }
+    if (lid + 4u * WG < nZ) { prepSet(substZAt(lid + 4u * WG), z4); }
+    if (lid + 5u * WG < nZ) { prepSet(substZAt(lid + 5u * WG), z5); }
+    workgroupBarrier();
+  }
+  for (var dist = 1u; dist < nb; dist++) {
+    // (nb - dist) blocks (j + dist, j), 256 entries each, rows fastest
+    for (var e = lid; e < (nb - dist) * 256u; e += WG) {
+      let j0 = 16u * (e / 256u);
+      let i0 = j0 + 16u * dist;
+      let r = i0 + e % 16u;
+      let col = j0 + (e / 16u) % 16u;
+      // k = j: T_jj is unit lower, so its column col starts at row col with 1
+      var acc = prepF(col * sub + r);
+      for (var m = col + 1u; m < j0 + 16u; m++) {
+        acc = fma(prepF(m * sub + r), prepF(m * sub + col), acc);
+      }
+      for (var m = j0 + 16u; m < i0; m++) {
+        acc = fma(prepF(m * sub + r), prepF(m * sub + col), acc);
+      }
+      prepSet(r * sub + col, -acc);
+    }
+    workgroupBarrier();
+  }
+  // T (stored to tri) becomes T diag(beta) as vec4s of four rows per column (tQuad); each
+  // invocation reads its four entries before any is overwritten
+  let nTq = p.C * p.C / 4u;
+  let tq0 = select(vec4f(0.0), tQuad(at, tbase, lid), lid < nTq);
+  let tq1 = select(vec4f(0.0), tQuad(at, tbase, lid + WG), lid + WG < nTq);
+  let tq2 = select(vec4f(0.0), tQuad(at, tbase, lid + 2u * WG), lid + 2u * WG < nTq);
+  let tq3 = select(vec4f(0.0), tQuad(at, tbase, lid + 3u * WG), lid + 3u * WG < nTq);
+  workgroupBarrier();
+  if (lid < nTq) { prep[tSlot(lid)] = tq0; }
+  if (lid + WG < nTq) { prep[tSlot(lid + WG)] = tq1; }
+  if (lid + 2u * WG < nTq) { prep[tSlot(lid + 2u * WG)] = tq2; }
+  if (lid + 3u * WG < nTq) { prep[tSlot(lid + 3u * WG)] = tq3; }
+  // ABLATE subst }
+  workgroupBarrier();
+
+  // W = T diag(beta) (K (.) Gamma), U = T diag(beta) V as tiled products (common.wgsl's shape):
+  // 4 rows x 8 columns an invocation over slices of the right operand staged as vec4s in the
+  // second half of prep (PREP_HALF vec4s: 32 rows of 128 columns), all its loads issued at once;
+  // T is lower triangular, so a tile stops at its last row. A turn takes all row quads of the
+  // WG / (C / 4) 8-column groups it stages (at C = 64, 128 columns): W's turn reads K (.) Gamma
+  // only in its own columns, so it may write W there when done.
+  let c4 = p.C / 4u;
+  let w8 = WG / c4;
+  let rq = lid % c4;
+  // ABLATE wu {
+  for (var which = 0u; which < 2u; which++) {
+    let width = select(p.K, p.V, which == 1u);
+    let nqAll = (width + 3u) / 4u;
+    let nJ8 = (width + 7u) / 8u;
+    for (var j80 = 0u; j80 < nJ8; j80 += w8) {
+      let q0 = 2u * j80;
+      let nq = min(2u * w8, nqAll - q0);
+      let sd = min(p.C, PREP_HALF / nq);
+      let jq = 2u * (lid / c4);
+      let mine = rq < nRG && j80 + lid / c4 < nJ8;
+      var acc = Tile8(mat4x4f(), mat4x4f());
+      for (var s0 = 0u; s0 < cv; s0 += sd) {
+        // sd nq <= PREP_HALF = 4 WG: four vec4s an invocation, loaded before any is stored
+        let n4 = sd * nq;
+        let v0 = wuValue(at, base, which, s0, sd, q0, nq, lid);
+        let v1 = wuValue(at, base, which, s0, sd, q0, nq, lid + WG);
+        let v2 = wuValue(at, base, which, s0, sd, q0, nq, lid + 2u * WG);
+        let v3 = wuValue(at, base, which, s0, sd, q0, nq, lid + 3u * WG);
+        if (lid < n4) { prep[PREP_HALF + lid] = v0; }
+        if (lid + WG < n4) { prep[PREP_HALF + lid + WG] = v1; }
+        if (lid + 2u * WG < n4) { prep[PREP_HALF + lid + 2u * WG] = v2; }
+        if (lid + 3u * WG < n4) { prep[PREP_HALF + lid + 3u * WG] = v3; }
+        workgroupBarrier();
+        if (mine && 4u * rq + 4u > s0) {
+          let n = min(min(sd, cv - s0), 4u * rq + 4u - s0);
+          acc = prepSlice(acc, s0 * c4 + rq, c4, PREP_HALF + jq, nq, n);
+        }
+        workgroupBarrier();
+      }
+      if (mine) {
+        let region = base + select(wW(), wU(), which == 1u);
+        workStoreRows(region, 4u * rq, 4u * (q0 + jq), acc.t0, cv, width);
+        workStoreRows(region, 4u * rq, 4u * (q0 + jq) + 4u, acc.t1, cv, width);
+      }
+    }
+  }
+  // ABLATE wu }
+}
