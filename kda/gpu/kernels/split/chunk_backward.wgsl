@@ -114,7 +114,6 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
   }
   let at = chunkOf(c, wg.z);
   let cv = at.cv;
-  let o = blockOffsets(at);
   let nRG = (cv + 3u) / 4u;
   let nDG = (p.K + 3u) / 4u;
   let last = cv - 1u;
@@ -141,12 +140,12 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     // the E_BLOCK block of the 4 rows: its first row and the row past its end
     let f = E_BLOCK * (r / E_BLOCK);
     let fEnd = min(f + E_BLOCK, cv);
-    let gh0 = workK4(o.work + wG() + r * p.K, d);
-    let gl0 = workK4(o.work + wGlo() + r * p.K, d);
-    let gh3 = workK4(o.work + wG() + rc3 * p.K, d);
-    let gl3 = workK4(o.work + wGlo() + rc3 * p.K, d);
-    let lReg = o.gs + gL();
-    let pReg = o.gs + gP();
+    let gh0 = workK4(at.work + wG() + r * p.K, d);
+    let gl0 = workK4(at.work + wGlo() + r * p.K, d);
+    let gh3 = workK4(at.work + wG() + rc3 * p.K, d);
+    let gl3 = workK4(at.work + wGlo() + rc3 * p.K, d);
+    let lReg = at.gs + gL();
+    let pReg = at.gs + gP();
 
     // row terms: sum_{s < r_i} dL_{r_i s} k_s E_{r_i s} (and the same with dP), through the
     // anchor r; first the earlier blocks, then r's own block
@@ -154,16 +153,16 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var rp = mat4x4f();
     for (var j0 = 0u; j0 < f; j0 += E_BLOCK) {
       let jl = j0 + E_BLOCK - 1u;
-      let mid = decay4((gh0 - workK4(o.work + wG() + jl * p.K, d)) + (gl0 - workK4(o.work + wGlo() + jl * p.K, d)));
+      let mid = decay4((gh0 - workK4(at.work + wG() + jl * p.K, d)) + (gl0 - workK4(at.work + wGlo() + jl * p.K, d)));
       for (var s = j0; s <= jl; s++) {
-        let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gsK4(o.gs + gW() + s * p.K, d) * mid);
+        let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gsK4(at.gs + gW() + s * p.K, d) * mid);
         rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
         rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
       }
     }
     for (var s = f; s < r; s++) {
-      let gs4 = workK4(o.work + wG() + s * p.K, d);
-      let gls4 = workK4(o.work + wGlo() + s * p.K, d);
+      let gs4 = workK4(at.work + wG() + s * p.K, d);
+      let gls4 = workK4(at.work + wGlo() + s * p.K, d);
       let ks = kK4(aK() + qrow(at, s) * p.K, d) * decay4((gh0 - gs4) + (gl0 - gls4));
       rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
       rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
@@ -175,7 +174,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var cp = mat4x4f();
     for (var rr = rc3 + 1u; rr < fEnd; rr++) {
       let e = decay4(
-        (workK4(o.work + wG() + rr * p.K, d) - gh3) + (workK4(o.work + wGlo() + rr * p.K, d) - gl3),
+        (workK4(at.work + wG() + rr * p.K, d) - gh3) + (workK4(at.work + wGlo() + rr * p.K, d) - gl3),
       );
       let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
       let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
@@ -183,10 +182,10 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
     }
     for (var i0 = fEnd; i0 < cv; i0 += E_BLOCK) {
-      let mid = decay4((workK4(o.work + wG() + i0 * p.K, d) - gh3) + (workK4(o.work + wGlo() + i0 * p.K, d) - gl3));
+      let mid = decay4((workK4(at.work + wG() + i0 * p.K, d) - gh3) + (workK4(at.work + wGlo() + i0 * p.K, d) - gl3));
       let i1 = min(i0 + E_BLOCK, cv);
       for (var rr = i0; rr < i1; rr++) {
-        let e = gsK4(o.gs + gA() + rr * p.K, d) * mid;
+        let e = gsK4(at.gs + gA() + rr * p.K, d) * mid;
         let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
         let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
         cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
@@ -195,10 +194,10 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     }
 
     // the block's own rows, loaded after the long loops (fewer registers held through them)
-    let gh1 = workK4(o.work + wG() + rc1 * p.K, d);
-    let gh2 = workK4(o.work + wG() + rc2 * p.K, d);
-    let gl1 = workK4(o.work + wGlo() + rc1 * p.K, d);
-    let gl2 = workK4(o.work + wGlo() + rc2 * p.K, d);
+    let gh1 = workK4(at.work + wG() + rc1 * p.K, d);
+    let gh2 = workK4(at.work + wG() + rc2 * p.K, d);
+    let gl1 = workK4(at.work + wGlo() + rc1 * p.K, d);
+    let gl2 = workK4(at.work + wGlo() + rc2 * p.K, d);
     // the six pairs inside the block, e_ij = e^{G_i - G_j}, i > j
     let e10 = decay4((gh1 - gh0) + (gl1 - gl0));
     let e20 = decay4((gh2 - gh0) + (gl2 - gl0));
@@ -260,17 +259,17 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       cl[2] += b3 * gs[lReg + rc3 * p.C + rc2] * k3 * e32;
       cp[2] += gs[pReg + rc3 * p.C + rc2] * q3 * e32;
     }
-    let ghL = workK4(o.work + wG() + last * p.K, d);
-    let glL = workK4(o.work + wGlo() + last * p.K, d);
-    elementwiseGrads(o.gs, row0, r, d, cv, k0, q0, gh0, gl0, ghL, glL, rl[0], rp[0], cl[0], cp[0]);
+    let ghL = workK4(at.work + wG() + last * p.K, d);
+    let glL = workK4(at.work + wGlo() + last * p.K, d);
+    elementwiseGrads(at.gs, row0, r, d, cv, k0, q0, gh0, gl0, ghL, glL, rl[0], rp[0], cl[0], cp[0]);
     if (v1) {
-      elementwiseGrads(o.gs, row1, rc1, d, cv, k1, q1, gh1, gl1, ghL, glL, rl[1], rp[1], cl[1], cp[1]);
+      elementwiseGrads(at.gs, row1, rc1, d, cv, k1, q1, gh1, gl1, ghL, glL, rl[1], rp[1], cl[1], cp[1]);
     }
     if (v2) {
-      elementwiseGrads(o.gs, row2, rc2, d, cv, k2, q2, gh2, gl2, ghL, glL, rl[2], rp[2], cl[2], cp[2]);
+      elementwiseGrads(at.gs, row2, rc2, d, cv, k2, q2, gh2, gl2, ghL, glL, rl[2], rp[2], cl[2], cp[2]);
     }
     if (v3) {
-      elementwiseGrads(o.gs, row3, rc3, d, cv, k3, q3, gh3, gl3, ghL, glL, rl[3], rp[3], cl[3], cp[3]);
+      elementwiseGrads(at.gs, row3, rc3, d, cv, k3, q3, gh3, gl3, ghL, glL, rl[3], rp[3], cl[3], cp[3]);
     }
   }
   // ABLATE bE }
@@ -285,16 +284,15 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
     return;
   }
   let at = chunkOf(c, wg.z);
-  let o = blockOffsets(at);
 
   // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel
   // ABLATE bF {
   for (var e = lid; e < at.cv + p.K; e += WG) {
     if (e < at.cv) {
       let r = e;
-      var acc = gs[o.gs + gBv() + r];
+      var acc = gs[at.gs + gBv() + r];
       for (var d = 0u; d < p.K; d++) {
-        acc += gs[o.gs + gKb() + r * p.K + d];
+        acc += gs[at.gs + gKb() + r * p.K + d];
       }
       dbeta[aDbeta() + vrow(at, r)] = acc;
     } else {
@@ -303,12 +301,12 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
       var before = 0.0;
       for (var r = 0u; r < at.cv; r++) {
         dg[aDg() + vrow(at, r) * p.K + d] = before;
-        before += gs[o.gs + gKd() + r * p.K + d];
+        before += gs[at.gs + gKd() + r * p.K + d];
       }
-      var acc = gs[o.gs + gGam() + d] * work[o.work + wGam() + d];
+      var acc = gs[at.gs + gGam() + d] * work[at.work + wGam() + d];
       for (var i = 0u; i < at.cv; i++) {
         let r = at.cv - 1u - i;
-        acc += gs[o.gs + gG() + r * p.K + d];
+        acc += gs[at.gs + gG() + r * p.K + d];
         let i = aDg() + vrow(at, r) * p.K + d;
         dg[i] = acc + dg[i];
       }

@@ -74,7 +74,7 @@ fn prepSlice(acc: Tile8, a0: u32, aStride: u32, b0: u32, bStride: u32, n: u32) -
 
 // Where a chunk-parallel workgroup works: its chunk c (global), its (chunk, head) block wid, the
 // sequence, the value head h and its query/key head hq, the chunk's first token (a row of the
-// [B·T] tokens) and its valid rows.
+// [B·T] tokens), its valid rows, and where its block starts in each per-chunk buffer.
 struct ChunkAt {
   c: u32,
   wid: u32,
@@ -83,15 +83,7 @@ struct ChunkAt {
   hq: u32,
   t0: u32,
   cv: u32,
-}
-
-fn chunkOf(c: u32, h: u32) -> ChunkAt {
-  let i = tChunk() + 4u * c;
-  return ChunkAt(c, c * p.H + h, chunks[i], h, h / p.G, chunks[i + 1u], chunks[i + 2u]);
-}
-
-// Where a chunk-parallel workgroup's (chunk, head) block starts in each per-chunk buffer
-struct BlockOffsets {
+  // where the (chunk, head) block starts in each per-chunk buffer
   work: u32,
   tri: u32,
   states: u32,
@@ -99,8 +91,23 @@ struct BlockOffsets {
   gs: u32,
 }
 
-fn blockOffsets(at: ChunkAt) -> BlockOffsets {
-  return BlockOffsets(at.wid * workSize(), at.wid * triSize(), at.wid * stateSize(), at.wid * bwSize(), at.wid * gsSize());
+fn chunkOf(c: u32, h: u32) -> ChunkAt {
+  let i = tChunk() + 4u * c;
+  let wid = c * p.H + h;
+  return ChunkAt(
+    c,
+    wid,
+    chunks[i],
+    h,
+    h / p.G,
+    chunks[i + 1u],
+    chunks[i + 2u],
+    wid * workSize(),
+    wid * triSize(),
+    wid * stateSize(),
+    wid * bwSize(),
+    wid * gsSize(),
+  );
 }
 
 // The chunk of a chunk-parallel workgroup (x and y over the chunks, z over the heads); workgroups

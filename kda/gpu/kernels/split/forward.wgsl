@@ -322,9 +322,6 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   }
   let at = chunkOf(c, wg.z);
   let cv = at.cv;
-  let base = at.wid * workSize();
-  let tbase = at.wid * triSize();
-  let sBlock = at.wid * stateSize();
   let nRQ = (cv + 3u) / 4u;
   let VQ = (p.V + 3u) / 4u;
   let nJ8 = (p.V + 7u) / 8u;
@@ -345,7 +342,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
-          value = select(vec4f(0.0), workAt4(base + wQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
+          value = select(vec4f(0.0), workAt4(at.work + wQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
         }
         tileA[dd * 16u + e / MM_SLICE] = value;
       }
@@ -355,7 +352,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let cols = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
-          value = select(vec4f(0.0), statesAt4(sBlock + sS() + d, min(cols, vec4u(p.V - 1u)) * p.K), cols < vec4u(p.V));
+          value = select(vec4f(0.0), statesAt4(at.states + sS() + d, min(cols, vec4u(p.V - 1u)) * p.K), cols < vec4u(p.V));
         }
         tileB[dd * VQ + e / MM_SLICE] = value;
       }
@@ -373,7 +370,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (s < cv) {
-          value = select(vec4f(0.0), triAt4(tbase + rP() + s, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
+          value = select(vec4f(0.0), triAt4(at.tri + rP() + s, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
         }
         tileA[ss * 16u + e / MM_SLICE] = value;
       }
@@ -381,7 +378,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let s = s0 + e / VQ;
         var value = vec4f(0.0);
         if (s < cv) {
-          value = statesCols(sBlock + sVn() + s * p.V, 4u * (e % VQ));
+          value = statesCols(at.states + sVn() + s * p.V, 4u * (e % VQ));
         }
         tileB[e] = value;
       }

@@ -106,9 +106,6 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   }
   let at = chunkOf(c, wg.z);
   let cv = at.cv;
-  let base = at.wid * workSize();
-  let tbase = at.wid * triSize();
-  let gBase = at.wid * gsSize();
   let nRG = (cv + 3u) / 4u;
   let nDG = (p.K + 3u) / 4u;
   let last = cv - 1u;
@@ -124,7 +121,7 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let s4 = 4u * (e % 16u) + lanes;
     var t = vec4f(0.0);
     if (r < cv && s4.x <= r) {
-      t = select(vec4f(0.0), triAt4(tbase + rT() + r * p.C, min(s4, vec4u(last))), s4 <= vec4u(r));
+      t = select(vec4f(0.0), triAt4(at.tri + rT() + r * p.C, min(s4, vec4u(last))), s4 <= vec4u(r));
     }
     tileB[e] = t;
   }
@@ -140,7 +137,7 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   for (var d0 = 0u; d0 < p.K; d0 += 64u) {
     for (var e = lid; e < 1024u; e += WG) {
       let jj = e % 64u;
-      let v = gsColumn(gBase + gW(), d0 + jj, e / 64u, cv);
+      let v = gsColumn(at.gs + gW(), d0 + jj, e / 64u, cv);
       if (jj < 32u) {
         tileA[colSlot(jj, e / 64u)] = v;
       } else {
@@ -174,7 +171,7 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
           kb = blockFma(kb, tBlock(rq, kbS), transpose(w));
         }
       }
-      gsStoreRows(gBase + gKb(), 4u * kbS, d0 + 4u * kbQ, kb, cv, p.K);
+      gsStoreRows(at.gs + gKb(), 4u * kbS, d0 + 4u * kbQ, kb, cv, p.K);
     }
     workgroupBarrier();
   }
@@ -190,8 +187,8 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   for (var d0 = 0u; d0 < p.K; d0 += 32u) {
     for (var e = lid; e < 512u; e += WG) {
       let jj = e % 32u;
-      tileA[colSlot(jj, e / 32u)] = gsColumn(gBase + gW(), d0 + jj, e / 32u, cv);
-      tileK[colSlot(jj, e / 32u)] = gsColumn(gBase + gG(), d0 + jj, e / 32u, cv);
+      tileA[colSlot(jj, e / 32u)] = gsColumn(at.gs + gW(), d0 + jj, e / 32u, cv);
+      tileK[colSlot(jj, e / 32u)] = gsColumn(at.gs + gG(), d0 + jj, e / 32u, cv);
     }
     workgroupBarrier();
     if (lid < nB) {
@@ -205,7 +202,7 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   if (lid < nB) {
     let rows = rows4(4u * bBlk.x, last);
     let cols = rows4(4u * bBlk.y, last);
-    let mRows = vec4u(gBase + gM()) + rows * p.C;
+    let mRows = vec4u(at.gs + gM()) + rows * p.C;
     let m = mat4x4f(gsAt4(mRows.x, cols), gsAt4(mRows.y, cols), gsAt4(mRows.z, cols), gsAt4(mRows.w, cols));
     let betaC = betaAt4(aBeta(), vrow4(at, cols));
     sqStore(bBlk.x, bBlk.y, strictLower(tileScaleCols(dt + m, betaC), 4u * bBlk.x, 4u * bBlk.y, cv));
@@ -223,12 +220,12 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let d = 4u * (e % nDG);
     let f = E_BLOCK * (r / E_BLOCK);
     let eb = min(f + E_BLOCK - 1u, last);
-    let gh = workK4(base + wG() + r * p.K, d);
-    let gl = workK4(base + wGlo() + r * p.K, d);
-    let fw = decay4((workK4(base + wG() + eb * p.K, d) - gh) + (workK4(base + wGlo() + eb * p.K, d) - gl));
-    let aw = decay4((gh - workK4(base + wG() + f * p.K, d)) + (gl - workK4(base + wGlo() + f * p.K, d)));
-    gsStoreRow(gBase + gW(), r, d, fw, cv, p.K);
-    gsStoreRow(gBase + gA(), r, d, aw, cv, p.K);
+    let gh = workK4(at.work + wG() + r * p.K, d);
+    let gl = workK4(at.work + wGlo() + r * p.K, d);
+    let fw = decay4((workK4(at.work + wG() + eb * p.K, d) - gh) + (workK4(at.work + wGlo() + eb * p.K, d) - gl));
+    let aw = decay4((gh - workK4(at.work + wG() + f * p.K, d)) + (gl - workK4(at.work + wGlo() + f * p.K, d)));
+    gsStoreRow(at.gs + gW(), r, d, fw, cv, p.K);
+    gsStoreRow(at.gs + gA(), r, d, aw, cv, p.K);
   }
   // ABLATE bEf }
 
@@ -240,10 +237,10 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     if (s < cv) {
       var acc = 0.0;
       for (var r = s - s % 32u; r < cv; r++) {
-        let m = select(0.0, gs[gBase + gM() + r * p.C + s], r >= s);
+        let m = select(0.0, gs[at.gs + gM() + r * p.C + s], r >= s);
         acc += tileB[16u * r + s / 4u][s % 4u] * m;
       }
-      gs[gBase + gBv() + s] = acc;
+      gs[at.gs + gBv() + s] = acc;
     }
   }
 
@@ -290,10 +287,10 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         dl = blockFma(dl, tBlock(aq, dr), sqBlockK(aq, ds));
       }
     }
-    gsStoreTri(gBase + gL(), 4u * dr, 4u * ds, dl * -1.0, cv, 1u);
+    gsStoreTri(at.gs + gL(), 4u * dr, 4u * ds, dl * -1.0, cv, 1u);
   } else if (lid < nRG * nRG) {
     let up = lowerBlock(lid - nB);
-    gsStoreTri(gBase + gL(), 4u * up.y, 4u * (up.x + 1u), mat4x4f(), cv, 1u);
+    gsStoreTri(at.gs + gL(), 4u * up.y, 4u * (up.x + 1u), mat4x4f(), cv, 1u);
   }
   // ABLATE bD }
 }

@@ -125,12 +125,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   }
   let at = chunkOf(c, wg.z);
   let cv = at.cv;
-  let base = at.wid * workSize();
-  let tbase = at.wid * triSize();
-  let sBlock = at.wid * stateSize();
-  let sBase = sBlock + sS();
-  let bBase = at.wid * bwSize();
-  let gBase = at.wid * gsSize();
+  let sBase = at.states + sS();
 
   // Register tiles of 4 rows x 8 columns (two mat4x4f, see the shared WGSL) over slices staged in
   // gradsV; rows past cv are staged as zeros and never stored. At most two tiles are live at once
@@ -173,13 +168,13 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       for (var e = lid; e < GV_SLOT; e += WG) {
         let jj = e % MM_SLICE;
         let q = e / MM_SLICE;
-        gradsV[gvLeft(0u, jj, q)] = gvColumn(0u, at, sBlock, bBase, j0 + jj, q, cv);
+        gradsV[gvLeft(0u, jj, q)] = gvColumn(0u, at, at.states, at.bw, j0 + jj, q, cv);
       }
       for (var e = lid; e < MM_SLICE * W4; e += WG) {
         let j = j0 + (e >> kShift);
         var value = vec4f(0.0);
         if (j < p.V) {
-          value = bwK4(bBase + bDS() + j * p.K, 4u * (e & (W4 - 1u)));
+          value = bwK4(at.bw + bDS() + j * p.K, 4u * (e & (W4 - 1u)));
         }
         gradsV[GV_B + e] = value;
       }
@@ -190,9 +185,9 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         for (var e = lid; e < GV_SLOT; e += WG) {
           let jj = e % MM_SLICE;
           let q = e / MM_SLICE;
-          gradsV[gvLeft(1u, jj, q)] = gvColumn(1u, at, sBlock, bBase, j0 + jj, q, cv);
-          gradsV[gvLeft(2u, jj, q)] = gvColumn(2u, at, sBlock, bBase, j0 + jj, q, cv);
-          gradsV[gvLeft(3u, jj, q)] = gvColumn(3u, at, sBlock, bBase, j0 + jj, q, cv);
+          gradsV[gvLeft(1u, jj, q)] = gvColumn(1u, at, at.states, at.bw, j0 + jj, q, cv);
+          gradsV[gvLeft(2u, jj, q)] = gvColumn(2u, at, at.states, at.bw, j0 + jj, q, cv);
+          gradsV[gvLeft(3u, jj, q)] = gvColumn(3u, at, at.states, at.bw, j0 + jj, q, cv);
         }
         workgroupBarrier();
         if (pmMine) {
@@ -210,11 +205,11 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let d0 = 4u * cq;
     let d1 = 4u * (cq + nD8);
     if (mine) {
-      gsStoreRows(gBase + gKd(), r, d0, kd.t0, cv, p.K);
-      gsStoreRows(gBase + gKd(), r, d1, kd.t1, cv, p.K);
+      gsStoreRows(at.gs + gKd(), r, d0, kd.t0, cv, p.K);
+      gsStoreRows(at.gs + gKd(), r, d1, kd.t1, cv, p.K);
     }
     if (turn == 0u && pmMine) {
-      let region = select(gBase + gP(), gBase + gM(), mTile);
+      let region = select(at.gs + gP(), at.gs + gM(), mTile);
       let pr = 4u * pmAt.x;
       let ps = 8u * pmAt.y;
       gsStoreTri(region, pr, ps, pm.t0, cv, 0u);
@@ -228,8 +223,8 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       for (var e = lid; e < GV_SLOT; e += WG) {
         let jj = e % MM_SLICE;
         let q = e / MM_SLICE;
-        gradsV[gvLeft(1u, jj, q)] = gvColumn(1u, at, sBlock, bBase, j0 + jj, q, cv);
-        gradsV[gvLeft(2u, jj, q)] = gvColumn(2u, at, sBlock, bBase, j0 + jj, q, cv);
+        gradsV[gvLeft(1u, jj, q)] = gvColumn(1u, at, at.states, at.bw, j0 + jj, q, cv);
+        gradsV[gvLeft(2u, jj, q)] = gvColumn(2u, at, at.states, at.bw, j0 + jj, q, cv);
       }
       for (var e = lid; e < MM_SLICE * W4; e += WG) {
         let j = j0 + (e >> kShift);
@@ -238,7 +233,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         if (j < p.V) {
           s = statesK4(sBase + j * p.K, d);
           if (turn == 0u) {
-            gam += s * bwK4(bBase + bDS() + j * p.K, d);
+            gam += s * bwK4(at.bw + bDS() + j * p.K, d);
           }
         }
         gradsV[GV_B + e] = s;
@@ -252,10 +247,10 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       workgroupBarrier();
     }
     if (mine) {
-      gsStoreRows(gBase + gQg(), r, d0, p.scale * qg.t0, cv, p.K);
-      gsStoreRows(gBase + gQg(), r, d1, p.scale * qg.t1, cv, p.K);
-      gsStoreRows(gBase + gW(), r, d0, dw.t0 * -1.0, cv, p.K);
-      gsStoreRows(gBase + gW(), r, d1, dw.t1 * -1.0, cv, p.K);
+      gsStoreRows(at.gs + gQg(), r, d0, p.scale * qg.t0, cv, p.K);
+      gsStoreRows(at.gs + gQg(), r, d1, p.scale * qg.t1, cv, p.K);
+      gsStoreRows(at.gs + gW(), r, d0, dw.t0 * -1.0, cv, p.K);
+      gsStoreRows(at.gs + gW(), r, d1, dw.t1 * -1.0, cv, p.K);
     }
   }
   // ABLATE bA }
@@ -264,8 +259,8 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let rb = e / nRG;
     let cb = e % nRG;
     if (cb >= 2u * (rb / 2u) + 2u) {
-      gsStoreTri(gBase + gP(), 4u * rb, 4u * cb, mat4x4f(), cv, 0u);
-      gsStoreTri(gBase + gM(), 4u * rb, 4u * cb, mat4x4f(), cv, 0u);
+      gsStoreTri(at.gs + gP(), 4u * rb, 4u * cb, mat4x4f(), cv, 0u);
+      gsStoreTri(at.gs + gM(), 4u * rb, 4u * cb, mat4x4f(), cv, 0u);
     }
   }
   // dgamma_C: the row groups' sums of each channel quad, in order (a group is the lid / W4 of the
@@ -277,7 +272,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     for (var gi = 0u; gi < min(WG / W4, MM_SLICE); gi++) {
       acc += gradsV[gi * W4 + lid];
     }
-    gsStoreRow(gBase + gGam(), 0u, 4u * lid, acc, 1u, p.K);
+    gsStoreRow(at.gs + gGam(), 0u, 4u * lid, acc, 1u, p.K);
   }
   workgroupBarrier();
   // Kg = K (.) Gamma for wyBackward, held in the dG region until Stage E writes dG there (four
@@ -286,9 +281,9 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   for (var e = lid; e < cv * KQ; e += WG) {
     let r = e / KQ;
     let d = 4u * (e % KQ);
-    let row = base + r * p.K;
+    let row = at.work + r * p.K;
     let gamma = decay4(workK4(wG() + row, d) + workK4(wGlo() + row, d));
-    gsStoreRow(gBase + gG(), r, d, kK4(aK() + qrow(at, r) * p.K, d) * gamma, cv, p.K);
+    gsStoreRow(at.gs + gG(), r, d, kK4(aK() + qrow(at, r) * p.K, d) * gamma, cv, p.K);
   }
   // ABLATE bKg }
   // dV = beta (.) T^T dVn as a tiled product over slices of MM_SLICE rows r: T's rows in slot 0
@@ -315,7 +310,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let cols = 4u * q + lanes;
         var t = vec4f(0.0);
         if (r < cv && cols.x < cv) {
-          t = select(vec4f(0.0), triAt4(tbase + rT() + r * p.C, min(cols, vec4u(last))), cols < vec4u(cv));
+          t = select(vec4f(0.0), triAt4(at.tri + rT() + r * p.C, min(cols, vec4u(last))), cols < vec4u(cv));
         }
         gradsV[gvLeft(0u, rr, q)] = t;
       }
@@ -323,7 +318,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let r = r0 + (e >> vShift);
         var value = vec4f(0.0);
         if (r < cv) {
-          value = bwCols(bBase + bDVn() + r * p.V, 4u * (e & (WV - 1u)));
+          value = bwCols(at.bw + bDVn() + r * p.V, 4u * (e & (WV - 1u)));
         }
         gradsV[GV_B + e] = value;
       }

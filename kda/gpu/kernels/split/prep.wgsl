@@ -137,8 +137,6 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let at = chunkOf(c, wg.z);
   let cv = at.cv;
   let last = cv - 1u;
-  let base = at.wid * workSize();
-  let tbase = at.wid * triSize();
 
   // gateCumsum: G_r = sum_{s <= r} g_s per channel in token order, in fixed point (gateSumAdd),
   // over slices of CS_BLOCK channels staged in prep. Each of a channel's eight parts sums its rows
@@ -192,7 +190,7 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
         let hi = gateSumHi(acc);
         let lo = gateSumLo(acc);
-        let i = base + r * p.K + d;
+        let i = at.work + r * p.K + d;
         work[wG() + i] = hi;
         work[wGlo() + i] = lo;
         // gateFactors: Qg = scale Q (.) Gamma, Kd = K (.) e^{G_C - G}, and K (.) Gamma left in W
@@ -209,7 +207,7 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         // ABLATE factors }
       }
       if (part == 0u) {
-        work[base + wGam() + d] = decay(gateSumHi(total) + gateSumLo(total));
+        work[at.work + wGam() + d] = decay(gateSumHi(total) + gateSumLo(total));
       }
     }
     // the next slice overwrites the staged rows and the totals
@@ -276,8 +274,8 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         let tok = qrow4(at, rows) * p.K;
         k4 = kAt4(aK() + d, tok);
         q4 = qAt4(aQ() + d, tok);
-        gh = workAt4(base + wG() + d, rows * p.K);
-        gl = workAt4(base + wGlo() + d, rows * p.K);
+        gh = workAt4(at.work + wG() + d, rows * p.K);
+        gl = workAt4(at.work + wGlo() + d, rows * p.K);
       }
       let fa = decay4((gh - vec4f(gh.x)) + (gl - vec4f(gl.x)));
       let fe = decay4((vec4f(gh.w) - gh) + (vec4f(gl.w) - gl));
@@ -352,8 +350,8 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     }
     let beta4 = betaAt4(aBeta(), vrow4(at, rows4(rb, last)));
     let ls = tileScaleRows(lt, beta4);
-    triStoreTri(tbase + rL(), rb, sb, ls, cv, 1u);
-    triStoreTri(tbase + rP(), rb, sb, p.scale * pt, cv, 0u);
+    triStoreTri(at.tri + rL(), rb, sb, ls, cv, 1u);
+    triStoreTri(at.tri + rP(), rb, sb, p.scale * pt, cv, 0u);
     // L^T into the substitution matrix, which needs no other initial value
     storeLtRow(rb, sb, ls[0], cv);
     storeLtRow(rb + 1u, sb, ls[1], cv);
@@ -365,8 +363,8 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     let r = e / cv;
     let s = e % cv;
     if (s / 4u > r / 4u) {
-      tri[tbase + rL() + r * p.C + s] = 0.0;
-      tri[tbase + rP() + r * p.C + s] = 0.0;
+      tri[at.tri + rL() + r * p.C + s] = 0.0;
+      tri[at.tri + rP() + r * p.C + s] = 0.0;
     }
   }
   workgroupBarrier();
@@ -440,10 +438,10 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   // T (stored to tri) becomes T diag(beta) as vec4s of four rows per column (tQuad); each
   // invocation reads its four entries before any is overwritten
   let nTq = p.C * p.C / 4u;
-  let tq0 = select(vec4f(0.0), tQuad(at, tbase, lid), lid < nTq);
-  let tq1 = select(vec4f(0.0), tQuad(at, tbase, lid + WG), lid + WG < nTq);
-  let tq2 = select(vec4f(0.0), tQuad(at, tbase, lid + 2u * WG), lid + 2u * WG < nTq);
-  let tq3 = select(vec4f(0.0), tQuad(at, tbase, lid + 3u * WG), lid + 3u * WG < nTq);
+  let tq0 = select(vec4f(0.0), tQuad(at, at.tri, lid), lid < nTq);
+  let tq1 = select(vec4f(0.0), tQuad(at, at.tri, lid + WG), lid + WG < nTq);
+  let tq2 = select(vec4f(0.0), tQuad(at, at.tri, lid + 2u * WG), lid + 2u * WG < nTq);
+  let tq3 = select(vec4f(0.0), tQuad(at, at.tri, lid + 3u * WG), lid + 3u * WG < nTq);
   workgroupBarrier();
   if (lid < nTq) { prep[tSlot(lid)] = tq0; }
   if (lid + WG < nTq) { prep[tSlot(lid + WG)] = tq1; }
@@ -476,10 +474,10 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
       for (var s0 = 0u; s0 < cv; s0 += sd) {
         // sd nq <= PREP_HALF = 4 WG: four vec4s an invocation, loaded before any is stored
         let n4 = sd * nq;
-        let v0 = wuValue(at, base, which, s0, sd, q0, nq, lid);
-        let v1 = wuValue(at, base, which, s0, sd, q0, nq, lid + WG);
-        let v2 = wuValue(at, base, which, s0, sd, q0, nq, lid + 2u * WG);
-        let v3 = wuValue(at, base, which, s0, sd, q0, nq, lid + 3u * WG);
+        let v0 = wuValue(at, at.work, which, s0, sd, q0, nq, lid);
+        let v1 = wuValue(at, at.work, which, s0, sd, q0, nq, lid + WG);
+        let v2 = wuValue(at, at.work, which, s0, sd, q0, nq, lid + 2u * WG);
+        let v3 = wuValue(at, at.work, which, s0, sd, q0, nq, lid + 3u * WG);
         if (lid < n4) { prep[PREP_HALF + lid] = v0; }
         if (lid + WG < n4) { prep[PREP_HALF + lid + WG] = v1; }
         if (lid + 2u * WG < n4) { prep[PREP_HALF + lid + 2u * WG] = v2; }
@@ -492,7 +490,7 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         workgroupBarrier();
       }
       if (mine) {
-        let region = base + select(wW(), wU(), which == 1u);
+        let region = at.work + select(wW(), wU(), which == 1u);
         workStoreRows(region, 4u * rq, 4u * (q0 + jq), acc.t0, cv, width);
         workStoreRows(region, 4u * rq, 4u * (q0 + jq) + 4u, acc.t1, cv, width);
       }
