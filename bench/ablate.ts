@@ -21,17 +21,26 @@ function sectionsOf(set: KernelSet): string[] {
 }
 
 /**
- * Removes the lines of one marked section from the shader text.
+ * Removes the lines of one marked section from the shader text: every place it is marked (a
+ * section may be marked in more than one place of a stage, as chunkPrep's factors are).
  *
  * @param code The shader text.
  * @param name The section.
  * @returns The text without it.
  */
 export function ablate(code: string, name: string): string {
-  const begin = code.indexOf(`// ABLATE ${name} {`);
-  const end = code.indexOf(`// ABLATE ${name} }`);
-  if (begin < 0 || end < begin) throw new Error(`No section ${name} in the shader`);
-  return code.slice(0, begin) + code.slice(end);
+  const open = `// ABLATE ${name} {`;
+  const close = `// ABLATE ${name} }`;
+  let out = code;
+  let removed = 0;
+  for (let begin = out.indexOf(open); begin >= 0; begin = out.indexOf(open, begin + 1)) {
+    const end = out.indexOf(close, begin);
+    if (end < 0) throw new Error(`Section ${name} opens without closing in the shader`);
+    out = out.slice(0, begin) + out.slice(end);
+    removed++;
+  }
+  if (removed === 0) throw new Error(`No section ${name} in the shader`);
+  return out;
 }
 
 /** The timed problem, made once: filling 10^8 floats in JS costs more than a variant's timing. */

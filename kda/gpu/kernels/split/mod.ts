@@ -411,7 +411,7 @@ export const SPLIT: KernelSet = {
         entry: "chunkGradsV",
         grid: chunkGrid,
         uses: ["k", "v", "beta", "chunks", "work", "tri", "states", "dout", "bw", "gs", "dv"],
-        sections: ["bA", "bPM", "bdV"],
+        sections: ["bA", "bKg", "bPM", "bdV"],
       },
       {
         entry: "chunkGradsK",
