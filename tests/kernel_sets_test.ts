@@ -90,6 +90,22 @@ const CASES: Case[] = [
     seed: 4,
   },
   {
+    // the width of the benchmarked shapes: K between 65 and 128 splits the split set's gate sums
+    // over two invocations a channel and its pairwise sums over two turns of channels, and four
+    // 16-row blocks a chunk take every path of Stage E's anchors (a short last chunk too)
+    label: "K=V=128",
+    B: 1,
+    T: 150,
+    H: 1,
+    K: 128,
+    V: 128,
+    chunkSize: 64,
+    gateMin: -5,
+    h0: true,
+    dht: true,
+    seed: 9,
+  },
+  {
     label: "strong gates",
     B: 1,
     T: 90,
