@@ -147,12 +147,6 @@ fn seqOf(s: u32) -> SeqAt {
   return SeqAt(chunks[i], chunks[i + 1u], chunks[i + 2u], chunks[i + 3u]);
 }
 
-// G_rd - G_sd of the block at `base`, from the hi and lo parts (hi_r - hi_s is exact or nearly so)
-fn gateDiff(base: u32, r: u32, s: u32, d: u32) -> f32 {
-  return (work[base + wG() + r * p.K + d] - work[base + wG() + s * p.K + d]) +
-    (work[base + wGlo() + r * p.K + d] - work[base + wGlo() + s * p.K + d]);
-}
-
 // a + b of two running sums (64-bit integer addition: exact and associative, so a sum split into
 // parts and joined gives the bits of the sum in one pass)
 fn gateSumJoin(a: GateSum, b: GateSum) -> GateSum {
@@ -175,10 +169,4 @@ fn gateSumPack(a: GateSum) -> vec4f {
 fn gateSumUnpack(v: vec4f) -> GateSum {
   let hi = (u32(v.x) << 16u) | u32(v.y);
   return GateSum(bitcast<i32>(hi), (u32(v.z) << 16u) | u32(v.w));
-}
-
-// Gamma_rd = e^{G_rd}
-fn gammaOf(base: u32, r: u32, d: u32) -> f32 {
-  let i = base + r * p.K + d;
-  return decay(work[wG() + i] + work[wGlo() + i]);
 }
