@@ -70,10 +70,14 @@ const keepLower = (i: number, lane: string): [string, string] => [
 /** The kinds of accessor a set may ask for. */
 export type AccessorKind =
   | "load"
+  | "loadView"
+  | "loadVec"
+  | "element"
   | "store"
   | "storeTransposed"
   | "storeTileTransposed"
   | "gather"
+  | "gatherVec"
   | "storeRows"
   | "storeTriangle";
 
@@ -91,6 +95,51 @@ const TEMPLATES: Record<AccessorKind, Template> = {
         "  return value;",
         "}",
       ].join("\n"),
+  },
+  /**
+   * As `load`, reading an aligned run of four in one vec4 load from the buffer's read-only vec4
+   * view `<buffer>4` (bound beside it), and any other run lane by lane from the buffer itself.
+   */
+  loadView: {
+    name: (b, l) => (l === "K" ? `${b}K4` : `${b}Cols`),
+    body: (b, l, name) =>
+      [
+        `fn ${name}(row: u32, j: u32) -> vec4f {`,
+        "  let i = row + j;",
+        `  if ((i & 3u) == 0u && j + 3u < p.${l}) {`,
+        `    return ${b}4[i >> 2u];`,
+        "  }",
+        "  var value = vec4f(0.0);",
+        ...LANES.map((c, n) => `  if (j${plus(n)} < p.${l}) { value.${c} = ${b}[i${plus(n)}]; }`),
+        "  return value;",
+        "}",
+      ].join("\n"),
+  },
+  /**
+   * As `load`, for a vec4 binding (a read-only view of a buffer the package sizes in whole vec4s):
+   * an aligned run in one load, any other lane by lane.
+   */
+  loadVec: {
+    name: (b, l) => (l === "K" ? `${b}K4` : `${b}Cols`),
+    body: (b, l, name) =>
+      [
+        `fn ${name}(row: u32, j: u32) -> vec4f {`,
+        "  let i = row + j;",
+        `  if ((i & 3u) == 0u && j + 3u < p.${l}) {`,
+        `    return ${b}[i >> 2u];`,
+        "  }",
+        "  var value = vec4f(0.0);",
+        ...LANES.map((c, n) =>
+          `  if (j${plus(n)} < p.${l}) { value.${c} = ${b}F(i${plus(n)}); }`
+        ),
+        "  return value;",
+        "}",
+      ].join("\n"),
+  },
+  /** One float of a vec4 binding, by its index as a float array. */
+  element: {
+    name: (b) => `${b}F`,
+    body: (b, _l, name) => `fn ${name}(i: u32) -> f32 {\n  return ${b}[i >> 2u][i & 3u];\n}`,
   },
   /** Stores four consecutive entries `row + j..`, skipping those past the bound. */
   store: {
@@ -138,6 +187,13 @@ const TEMPLATES: Record<AccessorKind, Template> = {
     body: (b, _l, name) =>
       `fn ${name}(row: u32, i: vec4u) -> vec4f {\n` +
       `  return vec4f(${LANES.map((c) => `${b}[row + i.${c}]`).join(", ")});\n}`,
+  },
+  /** As `gather`, for a vec4 binding. */
+  gatherVec: {
+    name: (b) => `${b}At4`,
+    body: (b, _l, name) =>
+      `fn ${name}(row: u32, i: vec4u) -> vec4f {\n` +
+      `  return vec4f(${LANES.map((c) => `${b}F(row + i.${c})`).join(", ")});\n}`,
   },
   /**
    * Stores a register tile (rows r.., columns c..) into a [C, width] region, skipping rows >= cv

@@ -60,7 +60,8 @@ export function createBuffer(
   bytes: number,
   usage: number,
 ): GPUBuffer {
-  const size = Math.max(16, Math.ceil(bytes / 4) * 4);
+  // whole vec4s, so that a vec4 view of the buffer reaches its last float
+  const size = Math.max(16, Math.ceil(bytes / 16) * 16);
   const buffer = device.createBuffer({ label, size, usage });
   live++;
   createdBytes += size;
@@ -256,7 +257,8 @@ function acquire(device: GPUDevice, label: string, bytes: number, usage: number)
   for (const stale of new Set(pool.filter((p) => p.device !== device).map((p) => p.device))) {
     dropPooled(stale);
   }
-  const size = Math.max(16, Math.ceil(bytes / 4) * 4);
+  // whole vec4s, so that a vec4 view of the buffer reaches its last float
+  const size = Math.max(16, Math.ceil(bytes / 16) * 16);
   const i = pool.findIndex((p) => p.device === device && p.bytes === size && p.usage === usage);
   if (i < 0) return createBuffer(device, label, size, usage);
   const [{ buffer }] = pool.splice(i, 1);

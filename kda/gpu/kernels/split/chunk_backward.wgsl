@@ -15,7 +15,7 @@
 // dG_C with a plus; dg_t sums dG_r for r >= t and dG_C, so the x_r of rows r >= t cancel exactly:
 // they are left out of both, and Stage F adds the x_r of rows r < t alone (no cancellation in f32).
 fn elementwiseGrads(
-  gBase: u32,
+  at: ChunkAt,
   row: u32,
   r: u32,
   d: u32,
@@ -33,12 +33,12 @@ fn elementwiseGrads(
 ) {
   let K = p.K;
   let betaR = beta[aBeta() + row];
-  let dPrr = gs[gBase + gP() + r * p.C + r];
+  let dPrr = gs4F(at.gs + gP() + r * p.C + r);
   let gam = decay4(gh + gl);
   let ed = decay4((ghL - gh) + (glL - gl));
-  let dQg = gsK4(gBase + gQg() + r * K, d);
-  let dKb = gsK4(gBase + gKb() + r * K, d);
-  let dKd = gsK4(gBase + gKd() + r * K, d);
+  let dQg = gs4K4(at.gs + gQg() + r * K, d);
+  let dKb = gs4K4(at.gs + gKb() + r * K, d);
+  let dKd = gs4K4(at.gs + gKd() + r * K, d);
   let pairL = betaR * rowL;
   let pairP = p.scale * rowP;
   let colSum = colL + p.scale * colP;
@@ -48,16 +48,13 @@ fn elementwiseGrads(
     d,
     betaR * dKb * gam + dKd * ed + pairL + colSum + p.scale * dPrr * qr,
   );
-  gsStoreRow(
-    gBase + gG(),
-    r,
+  dgStoreK(
+    aDg() + row * K,
     d,
     (dQg * qr + betaR * dKb * kr) * gam + kr * pairL + qr * pairP - kr * colSum,
-    cv,
-    K,
   );
-  gsStoreRow(gBase + gKb(), r, d, dKb * kr * gam + kr * rowL, cv, K);
-  gsStoreRow(gBase + gKd(), r, d, dKd * kr * ed, cv, K);
+  bwStoreRow(at.bw + eKb(), r, d, dKb * kr * gam + kr * rowL, cv, K);
+  bwStoreRow(at.bw + eKd(), r, d, dKd * kr * ed, cv, K);
 }
 
 // dq or dk of one row's four channels: into the per-value-head scratch when value heads are grouped
@@ -103,6 +100,16 @@ fn groupSums(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   dkStoreK(aDk() + qrowE * p.K, d, sk);
 }
 
+// Where Stage E leaves its per-row pieces of dbeta (the dKb term) and of dg (x_r) for Stage F: the
+// backward scratch bw, whose dVn and dS chunkGradsV has spent (its table keeps room for both).
+fn eKb() -> u32 {
+  return 0u;
+}
+
+fn eKd() -> u32 {
+  return p.C * p.K;
+}
+
 // ---- pairwiseGrads: Stage E in a dispatch of its own, so that its registers do not set the
 // residency of the other stages ----
 
@@ -140,10 +147,10 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     // the E_BLOCK block of the 4 rows: its first row and the row past its end
     let f = E_BLOCK * (r / E_BLOCK);
     let fEnd = min(f + E_BLOCK, cv);
-    let gh0 = workK4(at.work + wG() + r * p.K, d);
-    let gl0 = workK4(at.work + wGlo() + r * p.K, d);
-    let gh3 = workK4(at.work + wG() + rc3 * p.K, d);
-    let gl3 = workK4(at.work + wGlo() + rc3 * p.K, d);
+    let gh0 = work4K4(at.work + wG() + r * p.K, d);
+    let gl0 = work4K4(at.work + wGlo() + r * p.K, d);
+    let gh3 = work4K4(at.work + wG() + rc3 * p.K, d);
+    let gl3 = work4K4(at.work + wGlo() + rc3 * p.K, d);
     let lReg = at.gs + gL();
     let pReg = at.gs + gP();
 
@@ -153,19 +160,19 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var rp = mat4x4f();
     for (var j0 = 0u; j0 < f; j0 += E_BLOCK) {
       let jl = j0 + E_BLOCK - 1u;
-      let mid = decay4((gh0 - workK4(at.work + wG() + jl * p.K, d)) + (gl0 - workK4(at.work + wGlo() + jl * p.K, d)));
+      let mid = decay4((gh0 - work4K4(at.work + wG() + jl * p.K, d)) + (gl0 - work4K4(at.work + wGlo() + jl * p.K, d)));
       for (var s = j0; s <= jl; s++) {
-        let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gsK4(at.gs + gW() + s * p.K, d) * mid);
-        rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
-        rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
+        let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gs4K4(at.gs + gW() + s * p.K, d) * mid);
+        rl = tileFma(rl, gs4At4(lReg + s, blk4.rows * p.C), ks);
+        rp = tileFma(rp, gs4At4(pReg + s, blk4.rows * p.C), ks);
       }
     }
     for (var s = f; s < r; s++) {
-      let gs4 = workK4(at.work + wG() + s * p.K, d);
-      let gls4 = workK4(at.work + wGlo() + s * p.K, d);
-      let ks = kK4(aK() + qrow(at, s) * p.K, d) * decay4((gh0 - gs4) + (gl0 - gls4));
-      rl = tileFma(rl, gsAt4(lReg + s, blk4.rows * p.C), ks);
-      rp = tileFma(rp, gsAt4(pReg + s, blk4.rows * p.C), ks);
+      let gS4 = work4K4(at.work + wG() + s * p.K, d);
+      let gls4 = work4K4(at.work + wGlo() + s * p.K, d);
+      let ks = kK4(aK() + qrow(at, s) * p.K, d) * decay4((gh0 - gS4) + (gl0 - gls4));
+      rl = tileFma(rl, gs4At4(lReg + s, blk4.rows * p.C), ks);
+      rp = tileFma(rp, gs4At4(pReg + s, blk4.rows * p.C), ks);
     }
 
     // column terms: sum_{r' > r_i} beta_r' dL_{r' r_i} k_r' E_{r' r_i} (and dP with q_r'), through
@@ -174,30 +181,30 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var cp = mat4x4f();
     for (var rr = rc3 + 1u; rr < fEnd; rr++) {
       let e = decay4(
-        (workK4(at.work + wG() + rr * p.K, d) - gh3) + (workK4(at.work + wGlo() + rr * p.K, d) - gl3),
+        (work4K4(at.work + wG() + rr * p.K, d) - gh3) + (work4K4(at.work + wGlo() + rr * p.K, d) - gl3),
       );
       let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
       let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
-      cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
-      cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
+      cl = tileFma(cl, gs4At4(lReg + rr * p.C, blk4.rows), ke);
+      cp = tileFma(cp, gs4At4(pReg + rr * p.C, blk4.rows), qe);
     }
     for (var i0 = fEnd; i0 < cv; i0 += E_BLOCK) {
-      let mid = decay4((workK4(at.work + wG() + i0 * p.K, d) - gh3) + (workK4(at.work + wGlo() + i0 * p.K, d) - gl3));
+      let mid = decay4((work4K4(at.work + wG() + i0 * p.K, d) - gh3) + (work4K4(at.work + wGlo() + i0 * p.K, d) - gl3));
       let i1 = min(i0 + E_BLOCK, cv);
       for (var rr = i0; rr < i1; rr++) {
-        let e = gsK4(at.gs + gA() + rr * p.K, d) * mid;
+        let e = gs4K4(at.gs + gA() + rr * p.K, d) * mid;
         let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
         let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
-        cl = tileFma(cl, gsAt4(lReg + rr * p.C, blk4.rows), ke);
-        cp = tileFma(cp, gsAt4(pReg + rr * p.C, blk4.rows), qe);
+        cl = tileFma(cl, gs4At4(lReg + rr * p.C, blk4.rows), ke);
+        cp = tileFma(cp, gs4At4(pReg + rr * p.C, blk4.rows), qe);
       }
     }
 
     // the block's own rows, loaded after the long loops (fewer registers held through them)
-    let gh1 = workK4(at.work + wG() + rc1 * p.K, d);
-    let gh2 = workK4(at.work + wG() + rc2 * p.K, d);
-    let gl1 = workK4(at.work + wGlo() + rc1 * p.K, d);
-    let gl2 = workK4(at.work + wGlo() + rc2 * p.K, d);
+    let gh1 = work4K4(at.work + wG() + rc1 * p.K, d);
+    let gh2 = work4K4(at.work + wG() + rc2 * p.K, d);
+    let gl1 = work4K4(at.work + wGlo() + rc1 * p.K, d);
+    let gl2 = work4K4(at.work + wGlo() + rc2 * p.K, d);
     // the six pairs inside the block, e_ij = e^{G_i - G_j}, i > j
     let e10 = decay4((gh1 - gh0) + (gl1 - gl0));
     let e20 = decay4((gh2 - gh0) + (gl2 - gl0));
@@ -219,14 +226,14 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     let q3 = qK4(aQ() + qrow(at, rc3) * p.K, d);
 
     // row terms through the anchor, then the pairs inside the block (s = r, r + 1, r + 2)
-    rl[1] = e10 * rl[1] + gs[lReg + rc1 * p.C + r] * (k0 * e10);
-    rp[1] = e10 * rp[1] + gs[pReg + rc1 * p.C + r] * (k0 * e10);
-    rl[2] = e20 * rl[2] + gs[lReg + rc2 * p.C + r] * (k0 * e20) + gs[lReg + rc2 * p.C + rc1] * (k1 * e21);
-    rp[2] = e20 * rp[2] + gs[pReg + rc2 * p.C + r] * (k0 * e20) + gs[pReg + rc2 * p.C + rc1] * (k1 * e21);
-    rl[3] = e30 * rl[3] + gs[lReg + rc3 * p.C + r] * (k0 * e30) + gs[lReg + rc3 * p.C + rc1] * (k1 * e31) +
-      gs[lReg + rc3 * p.C + rc2] * (k2 * e32);
-    rp[3] = e30 * rp[3] + gs[pReg + rc3 * p.C + r] * (k0 * e30) + gs[pReg + rc3 * p.C + rc1] * (k1 * e31) +
-      gs[pReg + rc3 * p.C + rc2] * (k2 * e32);
+    rl[1] = e10 * rl[1] + gs4F(lReg + rc1 * p.C + r) * (k0 * e10);
+    rp[1] = e10 * rp[1] + gs4F(pReg + rc1 * p.C + r) * (k0 * e10);
+    rl[2] = e20 * rl[2] + gs4F(lReg + rc2 * p.C + r) * (k0 * e20) + gs4F(lReg + rc2 * p.C + rc1) * (k1 * e21);
+    rp[2] = e20 * rp[2] + gs4F(pReg + rc2 * p.C + r) * (k0 * e20) + gs4F(pReg + rc2 * p.C + rc1) * (k1 * e21);
+    rl[3] = e30 * rl[3] + gs4F(lReg + rc3 * p.C + r) * (k0 * e30) + gs4F(lReg + rc3 * p.C + rc1) * (k1 * e31) +
+      gs4F(lReg + rc3 * p.C + rc2) * (k2 * e32);
+    rp[3] = e30 * rp[3] + gs4F(pReg + rc3 * p.C + r) * (k0 * e30) + gs4F(pReg + rc3 * p.C + rc1) * (k1 * e31) +
+      gs4F(pReg + rc3 * p.C + rc2) * (k2 * e32);
 
     // through the anchor e^{G_last - G_ri}, then the pairs inside the block (r' <= the last row)
     let b1 = beta[aBeta() + row1];
@@ -242,34 +249,34 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     cl[2] = e32 * cl[2];
     cp[2] = e32 * cp[2];
     if (v1) {
-      cl[0] += b1 * gs[lReg + rc1 * p.C + r] * k1 * e10;
-      cp[0] += gs[pReg + rc1 * p.C + r] * q1 * e10;
+      cl[0] += b1 * gs4F(lReg + rc1 * p.C + r) * k1 * e10;
+      cp[0] += gs4F(pReg + rc1 * p.C + r) * q1 * e10;
     }
     if (v2) {
-      cl[0] += b2 * gs[lReg + rc2 * p.C + r] * k2 * e20;
-      cp[0] += gs[pReg + rc2 * p.C + r] * q2 * e20;
-      cl[1] += b2 * gs[lReg + rc2 * p.C + rc1] * k2 * e21;
-      cp[1] += gs[pReg + rc2 * p.C + rc1] * q2 * e21;
+      cl[0] += b2 * gs4F(lReg + rc2 * p.C + r) * k2 * e20;
+      cp[0] += gs4F(pReg + rc2 * p.C + r) * q2 * e20;
+      cl[1] += b2 * gs4F(lReg + rc2 * p.C + rc1) * k2 * e21;
+      cp[1] += gs4F(pReg + rc2 * p.C + rc1) * q2 * e21;
     }
     if (v3) {
-      cl[0] += b3 * gs[lReg + rc3 * p.C + r] * k3 * e30;
-      cp[0] += gs[pReg + rc3 * p.C + r] * q3 * e30;
-      cl[1] += b3 * gs[lReg + rc3 * p.C + rc1] * k3 * e31;
-      cp[1] += gs[pReg + rc3 * p.C + rc1] * q3 * e31;
-      cl[2] += b3 * gs[lReg + rc3 * p.C + rc2] * k3 * e32;
-      cp[2] += gs[pReg + rc3 * p.C + rc2] * q3 * e32;
+      cl[0] += b3 * gs4F(lReg + rc3 * p.C + r) * k3 * e30;
+      cp[0] += gs4F(pReg + rc3 * p.C + r) * q3 * e30;
+      cl[1] += b3 * gs4F(lReg + rc3 * p.C + rc1) * k3 * e31;
+      cp[1] += gs4F(pReg + rc3 * p.C + rc1) * q3 * e31;
+      cl[2] += b3 * gs4F(lReg + rc3 * p.C + rc2) * k3 * e32;
+      cp[2] += gs4F(pReg + rc3 * p.C + rc2) * q3 * e32;
     }
-    let ghL = workK4(at.work + wG() + last * p.K, d);
-    let glL = workK4(at.work + wGlo() + last * p.K, d);
-    elementwiseGrads(at.gs, row0, r, d, cv, k0, q0, gh0, gl0, ghL, glL, rl[0], rp[0], cl[0], cp[0]);
+    let ghL = work4K4(at.work + wG() + last * p.K, d);
+    let glL = work4K4(at.work + wGlo() + last * p.K, d);
+    elementwiseGrads(at, row0, r, d, cv, k0, q0, gh0, gl0, ghL, glL, rl[0], rp[0], cl[0], cp[0]);
     if (v1) {
-      elementwiseGrads(at.gs, row1, rc1, d, cv, k1, q1, gh1, gl1, ghL, glL, rl[1], rp[1], cl[1], cp[1]);
+      elementwiseGrads(at, row1, rc1, d, cv, k1, q1, gh1, gl1, ghL, glL, rl[1], rp[1], cl[1], cp[1]);
     }
     if (v2) {
-      elementwiseGrads(at.gs, row2, rc2, d, cv, k2, q2, gh2, gl2, ghL, glL, rl[2], rp[2], cl[2], cp[2]);
+      elementwiseGrads(at, row2, rc2, d, cv, k2, q2, gh2, gl2, ghL, glL, rl[2], rp[2], cl[2], cp[2]);
     }
     if (v3) {
-      elementwiseGrads(at.gs, row3, rc3, d, cv, k3, q3, gh3, gl3, ghL, glL, rl[3], rp[3], cl[3], cp[3]);
+      elementwiseGrads(at, row3, rc3, d, cv, k3, q3, gh3, gl3, ghL, glL, rl[3], rp[3], cl[3], cp[3]);
     }
   }
   // ABLATE bE }
@@ -292,23 +299,25 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
       let r = e;
       var acc = gs[at.gs + gBv() + r];
       for (var d = 0u; d < p.K; d++) {
-        acc += gs[at.gs + gKb() + r * p.K + d];
+        acc += bw[at.bw + eKb() + r * p.K + d];
       }
       dbeta[aDbeta() + vrow(at, r)] = acc;
     } else {
       let d = e - at.cv;
-      // dg_t = dgamma_C gamma_C + sum_{r >= t} dG_r + sum_{r < t} x_r (see elementwiseGrads)
-      var before = 0.0;
-      for (var r = 0u; r < at.cv; r++) {
-        dg[aDg() + vrow(at, r) * p.K + d] = before;
-        before += gs[at.gs + gKd() + r * p.K + d];
-      }
-      var acc = gs[at.gs + gGam() + d] * work[at.work + wGam() + d];
+      // dg_t = (dgamma_C gamma_C + sum_{r >= t} dG_r) + sum_{r < t} x_r (see elementwiseGrads),
+      // the dG_r being where Stage E left them, in dg itself
+      var acc = gs[at.gs + gGam() + d] * work4F(at.work + wGam() + d);
       for (var i = 0u; i < at.cv; i++) {
         let r = at.cv - 1u - i;
-        acc += gs[at.gs + gG() + r * p.K + d];
         let i = aDg() + vrow(at, r) * p.K + d;
-        dg[i] = acc + dg[i];
+        acc += dg[i];
+        dg[i] = acc;
+      }
+      var before = 0.0;
+      for (var r = 0u; r < at.cv; r++) {
+        let i = aDg() + vrow(at, r) * p.K + d;
+        dg[i] = dg[i] + before;
+        before += bw[at.bw + eKd() + r * p.K + d];
       }
     }
   }

@@ -109,11 +109,20 @@ export const STATES: RegionTable = {
   regions: [{ name: "S", size: [[1, "K", "V"]] }, { name: "Vn", size: CV }],
 };
 
-/** The backward's per-chunk scan results: dVn and dS' ([V, K]). */
+/**
+ * The backward's per-chunk scan results: dVn and dS' ([V, K]). Once chunkGradsV has spent them,
+ * Stage E leaves two [C, K] blocks of per-row pieces here for Stage F (chunk_backward.wgsl), so
+ * that it only reads the gradient scratch; Spare (BW_SPARE, zero when dVn and dS' are as large)
+ * makes the room for them.
+ */
 export const BW: RegionTable = {
   prefix: "b",
   sizeFn: "bwSize",
-  regions: [{ name: "DVn", size: CV }, { name: "DS", size: [[1, "K", "V"]] }],
+  regions: [
+    { name: "DVn", size: CV },
+    { name: "DS", size: [[1, "K", "V"]] },
+    { name: "Spare", size: [[1, "BW_SPARE"]] },
+  ],
 };
 
 /**
@@ -163,8 +172,15 @@ const STATE: Size = [[1, "N", "H", "K", "V"]];
 
 /** The vec4 accessors the set's WGSL uses. */
 const ACCESSORS: readonly AccessorDecl[] = [
-  ["load", "q", "K"],
-  ["load", "k", "K"],
+  ["loadView", "q", "K"],
+  ["loadView", "k", "K"],
+  ["element", "work4", "K"],
+  ["loadVec", "work4", "K"],
+  ["element", "gs4", "K"],
+  ["loadVec", "gs4", "K"],
+  ["gatherVec", "gs4", "K"],
+  ["store", "dg", "K"],
+  ["storeRows", "bw", "K"],
   ["load", "v", "V"],
   ["load", "work", "K"],
   ["load", "work", "V"],
@@ -289,6 +305,7 @@ export const SPLIT: KernelSet = {
     "NC",
     "VT",
     "nVT",
+    "BW_SPARE",
     "flags",
     "scale",
   ],
@@ -346,8 +363,20 @@ export const SPLIT: KernelSet = {
       wgsl: "array<f32>",
       doc: name,
     })),
+    ...["q", "k"].map((name) => ({
+      name: `${name}4`,
+      type: "read-only-storage" as const,
+      wgsl: "array<vec4f>",
+      doc: `${name} as vec4s (its aligned runs of four)`,
+    })),
     { name: "chunks", type: "read-only-storage", wgsl: "array<u32>", doc: "the chunk table" },
     { name: "work", type: "storage", wgsl: "array<f32>", doc: "WORK per chunk" },
+    {
+      name: "work4",
+      type: "read-only-storage",
+      wgsl: "array<vec4f>",
+      doc: "WORK as vec4s, for the stages that only read it",
+    },
     { name: "tri", type: "storage", wgsl: "array<f32>", doc: "TRI per chunk" },
     { name: "states", type: "storage", wgsl: "array<f32>", doc: "STATES per chunk" },
     { name: "o", type: "storage", wgsl: "array<f32>", doc: "o" },
@@ -356,6 +385,12 @@ export const SPLIT: KernelSet = {
     { name: "dht", type: "read-only-storage", wgsl: "array<f32>", doc: "dht" },
     { name: "bw", type: "storage", wgsl: "array<f32>", doc: "BW per chunk" },
     { name: "gs", type: "storage", wgsl: "array<f32>", doc: "GS per chunk" },
+    {
+      name: "gs4",
+      type: "read-only-storage",
+      wgsl: "array<vec4f>",
+      doc: "GS as vec4s, for Stage E, which only reads it",
+    },
     ...["dq", "dk", "dv", "dg", "dbeta", "dh0", "dqh", "dkh"].map((name) => ({
       name,
       type: "storage" as const,
@@ -410,7 +445,7 @@ export const SPLIT: KernelSet = {
       {
         entry: "chunkGradsV",
         grid: chunkGrid,
-        uses: ["k", "v", "beta", "chunks", "work", "tri", "states", "dout", "bw", "gs", "dv"],
+        uses: ["k", "k4", "v", "beta", "chunks", "work", "tri", "states", "dout", "bw", "gs", "dv"],
         sections: ["bA", "bKg", "bPM", "bdV"],
       },
       {
@@ -422,30 +457,37 @@ export const SPLIT: KernelSet = {
       {
         entry: "pairwiseGrads",
         grid: chunkGrid,
-        uses: ["q", "k", "beta", "chunks", "work", "gs", "dq", "dk", "dqh", "dkh"],
+        uses: [
+          ...["q", "q4", "k", "k4", "beta", "chunks", "work4", "gs4", "bw"],
+          ...["dq", "dk", "dg", "dqh", "dkh"],
+        ],
         sections: ["bE"],
       },
       {
         entry: "gateCumsumBackward",
         grid: chunkGrid,
-        uses: ["chunks", "work", "gs", "dg", "dbeta"],
+        uses: ["chunks", "work4", "bw", "gs", "dg", "dbeta"],
         sections: ["bF"],
       },
       { entry: "groupSums", grid: sumGrid, uses: ["dq", "dk", "dqh", "dkh"], when: grouped },
     ],
     bind: {
       q: "q",
+      q4: "q",
       k: "k",
+      k4: "k",
       v: "v",
       beta: "beta",
       chunks: "chunk table",
       work: "work",
+      work4: "work",
       tri: "tri",
       states: "states",
       dout: "dout",
       dht: "dht",
       bw: "backward scratch",
       gs: "gradient scratch",
+      gs4: "gradient scratch",
       dq: "dq",
       dk: "dk",
       dv: "dv",
@@ -457,11 +499,16 @@ export const SPLIT: KernelSet = {
     },
   },
   extra(shape: KdaDims, C: ChunkSize) {
-    return scanTile(shape, C, {
-      maxTile: MAX_SCAN_TILE,
-      stateVec4: SCAN_STATE_VEC4,
-      rowsVec4: SCAN_ROWS_VEC4,
-    });
+    const { K, V } = shape;
+    return {
+      ...scanTile(shape, C, {
+        maxTile: MAX_SCAN_TILE,
+        stateVec4: SCAN_STATE_VEC4,
+        rowsVec4: SCAN_ROWS_VEC4,
+      }),
+      // Stage E's two [C, K] blocks in bw, beyond dVn and dS'
+      BW_SPARE: Math.max(0, 2 * C * K - C * V - K * V),
+    };
   },
   scanRanges(plan: Plan) {
     // the busiest scan invocation loops once a slab and once per vec4 of K, row of P^T (by four),
