@@ -117,7 +117,7 @@ fn dSlabLoad(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> vec4f {
   if (r >= cv) {
     return vec4f(0.0);
   }
-  return workK4(rows + r * p.K, 4u * (i * sl.dw4 + lid % sl.dw4));
+  return work4K4(rows + r * p.K, 4u * (i * sl.dw4 + lid % sl.dw4));
 }
 
 // This invocation's vec4 of r-slab i (zero past cv and past K).
@@ -126,7 +126,7 @@ fn rSlabLoad(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> vec4f {
   if (lid >= sl.rk * sl.k4 || r >= cv) {
     return vec4f(0.0);
   }
-  return workK4(rows + r * p.K, 4u * (lid % sl.k4));
+  return work4K4(rows + r * p.K, 4u * (lid % sl.k4));
 }
 
 // Rows ra and rb of a row tile: two vec4s.
@@ -259,9 +259,9 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     }
     let base = ch.wid * workSize();
     let sBlock = ch.wid * stateSize();
-    let gam = workK4(base + wGam(), at.d.x);
-    let ua = workCols(base + wU() + ch.raC * p.V, at.j);
-    let ub = workCols(base + wU() + ch.rbC * p.V, at.j);
+    let gam = work4K4(base + wGam(), at.d.x);
+    let ua = work4Cols(base + wU() + ch.raC * p.V, at.j);
+    let ub = work4Cols(base + wU() + ch.rbC * p.V, at.j);
     var w = ScanRows(vec4f(0.0), vec4f(0.0));
     for (var i = 0u; i < m; i++) {
       let slab = SCAN_SLAB_AT + (g % 2u) * SCAN_SLAB_VEC4;
@@ -342,7 +342,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
-          value = select(vec4f(0.0), workAt4(at.work + wQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
+          value = select(vec4f(0.0), work4At4(at.work + wQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
         }
         tileA[dd * 16u + e / MM_SLICE] = value;
       }
@@ -352,7 +352,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let cols = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
-          value = select(vec4f(0.0), statesAt4(at.states + sS() + d, min(cols, vec4u(p.V - 1u)) * p.K), cols < vec4u(p.V));
+          value = select(vec4f(0.0), states4At4(at.states + sS() + d, min(cols, vec4u(p.V - 1u)) * p.K), cols < vec4u(p.V));
         }
         tileB[dd * VQ + e / MM_SLICE] = value;
       }
@@ -370,7 +370,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (s < cv) {
-          value = select(vec4f(0.0), triAt4(at.tri + rP() + s, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
+          value = select(vec4f(0.0), tri4At4(at.tri + rP() + s, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
         }
         tileA[ss * 16u + e / MM_SLICE] = value;
       }
@@ -378,7 +378,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let s = s0 + e / VQ;
         var value = vec4f(0.0);
         if (s < cv) {
-          value = statesCols(at.states + sVn() + s * p.V, 4u * (e % VQ));
+          value = states4Cols(at.states + sVn() + s * p.V, 4u * (e % VQ));
         }
         tileB[e] = value;
       }

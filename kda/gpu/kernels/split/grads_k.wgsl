@@ -121,7 +121,7 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let s4 = 4u * (e % 16u) + lanes;
     var t = vec4f(0.0);
     if (r < cv && s4.x <= r) {
-      t = select(vec4f(0.0), triAt4(at.tri + rT() + r * p.C, min(s4, vec4u(last))), s4 <= vec4u(r));
+      t = select(vec4f(0.0), tri4At4(at.tri + rT() + r * p.C, min(s4, vec4u(last))), s4 <= vec4u(r));
     }
     tileB[e] = t;
   }
@@ -220,10 +220,10 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let d = 4u * (e % nDG);
     let f = E_BLOCK * (r / E_BLOCK);
     let eb = min(f + E_BLOCK - 1u, last);
-    let gh = workK4(at.work + wG() + r * p.K, d);
-    let gl = workK4(at.work + wGlo() + r * p.K, d);
-    let fw = decay4((workK4(at.work + wG() + eb * p.K, d) - gh) + (workK4(at.work + wGlo() + eb * p.K, d) - gl));
-    let aw = decay4((gh - workK4(at.work + wG() + f * p.K, d)) + (gl - workK4(at.work + wGlo() + f * p.K, d)));
+    let gh = work4K4(at.work + wG() + r * p.K, d);
+    let gl = work4K4(at.work + wGlo() + r * p.K, d);
+    let fw = decay4((work4K4(at.work + wG() + eb * p.K, d) - gh) + (work4K4(at.work + wGlo() + eb * p.K, d) - gl));
+    let aw = decay4((gh - work4K4(at.work + wG() + f * p.K, d)) + (gl - work4K4(at.work + wGlo() + f * p.K, d)));
     gsStoreRow(at.gs + gW(), r, d, fw, cv, p.K);
     gsStoreRow(at.gs + gA(), r, d, aw, cv, p.K);
   }

@@ -102,13 +102,13 @@ fn gvColumn(slot: u32, at: ChunkAt, sBlock: u32, bBase: u32, j: u32, q: u32, cv:
   var value: vec4f;
   switch slot {
     case 0u: {
-      value = statesAt4(sBlock + sVn() + j, rows * p.V);
+      value = states4At4(sBlock + sVn() + j, rows * p.V);
     }
     case 1u: {
       value = doutAt4(j, vec4u(aDout()) + vrow4(at, rows) * p.V);
     }
     case 2u: {
-      value = bwAt4(bBase + bDVn() + j, rows * p.V);
+      value = bw4At4(bBase + bDVn() + j, rows * p.V);
     }
     default: {
       value = vAt4(j, vec4u(aV()) + vrow4(at, rows) * p.V);
@@ -174,7 +174,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let j = j0 + (e >> kShift);
         var value = vec4f(0.0);
         if (j < p.V) {
-          value = bwK4(at.bw + bDS() + j * p.K, 4u * (e & (W4 - 1u)));
+          value = bw4K4(at.bw + bDS() + j * p.K, 4u * (e & (W4 - 1u)));
         }
         gradsV[GV_B + e] = value;
       }
@@ -231,9 +231,9 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let d = 4u * (e & (W4 - 1u));
         var s = vec4f(0.0);
         if (j < p.V) {
-          s = statesK4(sBase + j * p.K, d);
+          s = states4K4(sBase + j * p.K, d);
           if (turn == 0u) {
-            gam += s * bwK4(at.bw + bDS() + j * p.K, d);
+            gam += s * bw4K4(at.bw + bDS() + j * p.K, d);
           }
         }
         gradsV[GV_B + e] = s;
@@ -282,7 +282,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let r = e / KQ;
     let d = 4u * (e % KQ);
     let row = at.work + r * p.K;
-    let gamma = decay4(workK4(wG() + row, d) + workK4(wGlo() + row, d));
+    let gamma = decay4(work4K4(wG() + row, d) + work4K4(wGlo() + row, d));
     gsStoreRow(at.gs + gG(), r, d, kK4(aK() + qrow(at, r) * p.K, d) * gamma, cv, p.K);
   }
   // ABLATE bKg }
@@ -310,7 +310,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let cols = 4u * q + lanes;
         var t = vec4f(0.0);
         if (r < cv && cols.x < cv) {
-          t = select(vec4f(0.0), triAt4(at.tri + rT() + r * p.C, min(cols, vec4u(last))), cols < vec4u(cv));
+          t = select(vec4f(0.0), tri4At4(at.tri + rT() + r * p.C, min(cols, vec4u(last))), cols < vec4u(cv));
         }
         gradsV[gvLeft(0u, rr, q)] = t;
       }
@@ -318,7 +318,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let r = r0 + (e >> vShift);
         var value = vec4f(0.0);
         if (r < cv) {
-          value = bwCols(at.bw + bDVn() + r * p.V, 4u * (e & (WV - 1u)));
+          value = bw4Cols(at.bw + bDVn() + r * p.V, 4u * (e & (WV - 1u)));
         }
         gradsV[GV_B + e] = value;
       }

@@ -27,7 +27,7 @@ fn pSlabLoad(sl: ScanSlabs, tbase: u32, cv: u32, i: u32, lid: u32) -> vec4f {
   if (r >= cv || rows.x >= cv) {
     return vec4f(0.0);
   }
-  return select(vec4f(0.0), triAt4(tbase + rP() + r, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
+  return select(vec4f(0.0), tri4At4(tbase + rP() + r, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
 }
 
 // acc + the P slab's part of P^T dO for rows ra and rb (dO in the row tile), the rows s of dO in
@@ -124,7 +124,7 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
     }
     let base = ch.wid * workSize();
     let bBase = ch.wid * bwSize();
-    let gam = workK4(base + wGam(), at.d.x);
+    let gam = work4K4(base + wGam(), at.d.x);
     var dv = ScanRows(vec4f(0.0), vec4f(0.0));
     for (var i = 0u; i < m; i++) {
       let slab = SCAN_SLAB_AT + (g % 2u) * SCAN_SLAB_VEC4;
