@@ -106,6 +106,21 @@ const CASES: Case[] = [
     seed: 9,
   },
   {
+    // K and V not multiples of four put every other (chunk, head) block of the per-chunk buffers
+    // off the vec4 grid and end each row in a partial run: the vec4 views' lane-by-lane path
+    label: "K=6 V=10",
+    B: 1,
+    T: 45,
+    H: 2,
+    K: 6,
+    V: 10,
+    chunkSize: 16,
+    gateMin: -2,
+    h0: true,
+    dht: true,
+    seed: 10,
+  },
+  {
     label: "strong gates",
     B: 1,
     T: 90,

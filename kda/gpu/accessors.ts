@@ -70,7 +70,6 @@ const keepLower = (i: number, lane: string): [string, string] => [
 /** The kinds of accessor a set may ask for. */
 export type AccessorKind =
   | "load"
-  | "loadView"
   | "loadVec"
   | "element"
   | "store"
@@ -97,25 +96,6 @@ const TEMPLATES: Record<AccessorKind, Template> = {
       ].join("\n"),
   },
   /**
-   * As `load`, reading an aligned run of four in one vec4 load from the buffer's read-only vec4
-   * view `<buffer>4` (bound beside it), and any other run lane by lane from the buffer itself.
-   */
-  loadView: {
-    name: (b, l) => (l === "K" ? `${b}K4` : `${b}Cols`),
-    body: (b, l, name) =>
-      [
-        `fn ${name}(row: u32, j: u32) -> vec4f {`,
-        "  let i = row + j;",
-        `  if ((i & 3u) == 0u && j + 3u < p.${l}) {`,
-        `    return ${b}4[i >> 2u];`,
-        "  }",
-        "  var value = vec4f(0.0);",
-        ...LANES.map((c, n) => `  if (j${plus(n)} < p.${l}) { value.${c} = ${b}[i${plus(n)}]; }`),
-        "  return value;",
-        "}",
-      ].join("\n"),
-  },
-  /**
    * As `load`, for a vec4 binding (a read-only view of a buffer the package sizes in whole vec4s):
    * an aligned run in one load, any other lane by lane.
    */
@@ -129,9 +109,7 @@ const TEMPLATES: Record<AccessorKind, Template> = {
         `    return ${b}[i >> 2u];`,
         "  }",
         "  var value = vec4f(0.0);",
-        ...LANES.map((c, n) =>
-          `  if (j${plus(n)} < p.${l}) { value.${c} = ${b}F(i${plus(n)}); }`
-        ),
+        ...LANES.map((c, n) => `  if (j${plus(n)} < p.${l}) { value.${c} = ${b}F(i${plus(n)}); }`),
         "  return value;",
         "}",
       ].join("\n"),

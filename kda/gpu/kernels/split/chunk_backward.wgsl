@@ -53,8 +53,8 @@ fn elementwiseGrads(
     d,
     (dQg * qr + betaR * dKb * kr) * gam + kr * pairL + qr * pairP - kr * colSum,
   );
-  bwStoreRow(at.bw + eKb(), r, d, dKb * kr * gam + kr * rowL, cv, K);
-  bwStoreRow(at.bw + eKd(), r, d, dKd * kr * ed, cv, K);
+  bwStoreK(at.bw + eKb() + r * K, d, dKb * kr * gam + kr * rowL);
+  bwStoreK(at.bw + eKd() + r * K, d, dKd * kr * ed);
 }
 
 // dq or dk of one row's four channels: into the per-value-head scratch when value heads are grouped

@@ -112,17 +112,13 @@ export const STATES: RegionTable = {
 /**
  * The backward's per-chunk scan results: dVn and dS' ([V, K]). Once chunkGradsV has spent them,
  * Stage E leaves two [C, K] blocks of per-row pieces here for Stage F (chunk_backward.wgsl), so
- * that it only reads the gradient scratch; Spare (BW_SPARE, zero when dVn and dS' are as large)
- * makes the room for them.
+ * that it only reads the gradient scratch (and binds it as a vec4 view); DS ends in BW_SPARE more
+ * floats, the room those blocks need beyond dVn and dS' (none when K <= V and C <= V).
  */
 export const BW: RegionTable = {
   prefix: "b",
   sizeFn: "bwSize",
-  regions: [
-    { name: "DVn", size: CV },
-    { name: "DS", size: [[1, "K", "V"]] },
-    { name: "Spare", size: [[1, "BW_SPARE"]] },
-  ],
+  regions: [{ name: "DVn", size: CV }, { name: "DS", size: [[1, "K", "V"], [1, "BW_SPARE"]] }],
 };
 
 /**
@@ -173,12 +169,11 @@ const STATE: Size = [[1, "N", "H", "K", "V"]];
 /** The vec4 accessors the set's WGSL uses. */
 const ACCESSORS: readonly AccessorDecl[] = [
   // the caller's arrays the stages read: aligned runs through their vec4 views
-  ["loadView", "q", "K"],
-  ["loadView", "k", "K"],
-  ["loadView", "dout", "V"],
+  ["load", "q", "K"],
+  ["load", "k", "K"],
+  ["load", "dout", "V"],
   ["load", "v", "V"],
   ["load", "work", "K"],
-  ["load", "gs", "K"],
   ["load", "ht", "V"],
   ["load", "h0", "V"],
   ["load", "dht", "V"],
@@ -188,10 +183,10 @@ const ACCESSORS: readonly AccessorDecl[] = [
   // the per-chunk buffers as the stages that only read them see them: vec4 views
   ...(["work4", "tri4", "states4", "bw4", "gs4"] as const).flatMap((view) => [
     ["element", view, "K"] as const,
-    ["loadVec", view, "K"] as const,
-    ["loadVec", view, "V"] as const,
     ["gatherVec", view, "K"] as const,
   ]),
+  ...(["work4", "states4", "bw4", "gs4"] as const).map((view) => ["loadVec", view, "K"] as const),
+  ...(["work4", "states4", "bw4"] as const).map((view) => ["loadVec", view, "V"] as const),
   ["store", "states", "K"],
   ["storeTileTransposed", "states", "K"],
   ["storeTileTransposed", "bw", "K"],
@@ -216,7 +211,6 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["gather", "gs", "K"],
   ["storeRows", "work", "K"],
   ["storeRows", "gs", "K"],
-  ["storeRows", "bw", "K"],
   ["storeTriangle", "tri", "K"],
   ["storeTriangle", "gs", "K"],
 ];
@@ -358,12 +352,6 @@ export const SPLIT: KernelSet = {
       wgsl: "array<f32>",
       doc: name,
     })),
-    ...["q", "k", "dout"].map((name) => ({
-      name: `${name}4`,
-      type: "read-only-storage" as const,
-      wgsl: "array<vec4f>",
-      doc: `${name} as vec4s (its aligned runs of four)`,
-    })),
     { name: "chunks", type: "read-only-storage", wgsl: "array<u32>", doc: "the chunk table" },
     { name: "work", type: "storage", wgsl: "array<f32>", doc: "WORK per chunk" },
 
@@ -435,13 +423,13 @@ export const SPLIT: KernelSet = {
         entry: "stateScanBackward",
         grid: scanGrid,
         scan: true,
-        uses: ["chunks", "work4", "tri4", "dout", "dout4", "dht", "bw", "dh0"],
+        uses: ["chunks", "work4", "tri4", "dout", "dht", "bw", "dh0"],
       },
       {
         entry: "chunkGradsV",
         grid: chunkGrid,
         uses: [
-          ...["k", "k4", "v", "beta", "chunks", "work4", "tri4", "states4", "dout", "bw4"],
+          ...["k", "v", "beta", "chunks", "work4", "tri4", "states4", "dout", "bw4"],
           ...["gs", "dv"],
         ],
         sections: ["bA", "bKg", "bPM", "bdV"],
@@ -456,7 +444,7 @@ export const SPLIT: KernelSet = {
         entry: "pairwiseGrads",
         grid: chunkGrid,
         uses: [
-          ...["q", "q4", "k", "k4", "beta", "chunks", "work4", "gs4", "bw"],
+          ...["q", "k", "beta", "chunks", "work4", "gs4", "bw"],
           ...["dq", "dk", "dg", "dqh", "dkh"],
         ],
         sections: ["bE"],
@@ -471,9 +459,7 @@ export const SPLIT: KernelSet = {
     ],
     bind: {
       q: "q",
-      q4: "q",
       k: "k",
-      k4: "k",
       v: "v",
       beta: "beta",
       chunks: "chunk table",
@@ -484,7 +470,6 @@ export const SPLIT: KernelSet = {
       states: "states",
       states4: "states",
       dout: "dout",
-      dout4: "dout",
       dht: "dht",
       bw: "backward scratch",
       bw4: "backward scratch",
