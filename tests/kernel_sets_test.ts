@@ -10,6 +10,8 @@ import { kdaSeam } from "../kda/op/arms.ts";
 import type { ChunkSize } from "../kda/_types.ts";
 import { GRAD_NAMES } from "../kda/_types.ts";
 import { kernelSet, kernelSetNames } from "../kda/gpu/kernel_set.ts";
+import { bufferElements, makePlan } from "../kda/gpu/layout.ts";
+import { gpuDebug } from "../kda/gpu/_debug.ts";
 import "../kda/gpu/kernels/mod.ts";
 import { mulberry32, randomKda, Worst } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu, withNaNPrefill } from "./_gpu.ts";
@@ -293,3 +295,44 @@ for (const set of SETS) {
     assert.equal(after - before, calls, `gpu:${set} counted ${after - before} calls`);
   });
 }
+
+gpuTest(
+  "kernel set split: a backward run slice by slice gives the bits of one pass over every chunk",
+  async () => {
+    const set = kernelSet("split");
+    const bits = (x: Float) => new Uint32Array(x.buffer, x.byteOffset, x.length);
+    // the benchmarked width, K and V off the vec4 grid, a packed batch, grouped heads packed
+    for (const c of [CASES[4], CASES[5], CASES[7], CASES[9]]) {
+      const whole = await onSet("split", c);
+      // one chunk a slice, then two (the last slice shorter where the chunks are odd)
+      for (const sliceBytes of [1, 2]) {
+        const { x32 } = draw(c);
+        gpuDebug.sliceBytes = null;
+        const dims = { ...x32, ...(c.HV !== undefined ? { HV: c.HV } : {}) };
+        const plain = makePlan(set, dims, c.chunkSize);
+        const perChunk = bufferElements(set.buffers.find((b) => b.perSlice)!, plain) * 4 /
+          plain.NCT;
+        gpuDebug.sliceBytes = sliceBytes * perChunk;
+        const sliced = makePlan(set, dims, c.chunkSize);
+        let got;
+        try {
+          const want = Math.ceil(plain.NCT / Math.ceil(plain.NCT / sliceBytes));
+          assert.equal(sliced.sliceChunks, want, `${c.label}: chunks a slice`);
+          assert.ok(sliced.sliceChunks < plain.NCT, `${c.label}: ${plain.NCT} chunks, one slice`);
+          got = await onSet("split", c);
+        } finally {
+          gpuDebug.sliceBytes = null;
+        }
+        for (const name of GRAD_NAMES) {
+          const [a, b] = [whole.grads![name], got.grads![name]];
+          if (a === undefined || b === undefined) continue;
+          const [u, w] = [bits(a), bits(b)];
+          const at = u.findIndex((v, i) => v !== w[i]);
+          if (!(at < 0)) {
+            throw new Error(`${c.label} ${name}, ${sliceBytes} chunks a slice: differs at ${at}`);
+          }
+        }
+      }
+    }
+  },
+);

@@ -19,4 +19,6 @@ export const gpuDebug: {
   nextScopeError: "out-of-memory" | null;
   /** A transform of each kernel set's WGSL, applied when its pipelines are next compiled. */
   shaderTransform: ((code: string, set: string) => string) | null;
-} = { prefillNaN: false, nextScopeError: null, shaderTransform: null };
+  /** Bytes of gradient scratch a slice of the split set's sliced stages may hold (null: its own). */
+  sliceBytes: number | null;
+} = { prefillNaN: false, nextScopeError: null, shaderTransform: null, sliceBytes: null };

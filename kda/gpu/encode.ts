@@ -9,7 +9,7 @@ import type { CompiledSet, GpuContext } from "./device.ts";
 import { GpuError } from "./device.ts";
 import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
 import { countSync } from "./tensor.ts";
-import { RANGE_BYTES } from "./layout.ts";
+import { RANGE_BYTES, sliceRanges } from "./layout.ts";
 import type { DirectionDecl, Plan, StageDecl } from "./kernel_set.ts";
 
 /** One buffer-to-buffer copy on the GPU, in bytes. */
@@ -94,10 +94,15 @@ export interface TimingOptions {
   readData: boolean;
 }
 
-/** The chunk-range uniforms of the scans, one per dispatch, and their bind group. */
+/**
+ * The chunk-range uniforms, one per dispatch, and their bind group: the scans' ranges (in reverse
+ * order in the backward), then the slices of the sliced stages (from index `sliceAt`).
+ */
 function makeRanges(ctx: GpuContext, set: BufferSet, job: PassJob) {
-  const ranges = job.compiled.set.scanRanges(job.plan);
-  if (job.reverse) ranges.reverse();
+  const scans = job.compiled.set.scanRanges(job.plan);
+  if (job.reverse) scans.reverse();
+  const slices = sliceRanges(job.plan);
+  const ranges = [...scans, ...slices];
   const stride = ctx.rangeAlign;
   const buffer = set.make("chunk ranges", ranges.length * stride, UNIFORM_USAGE);
   const words = new Uint32Array((ranges.length * stride) / Uint32Array.BYTES_PER_ELEMENT);
@@ -110,7 +115,47 @@ function makeRanges(ctx: GpuContext, set: BufferSet, job: PassJob) {
     layout: ctx.rangeLayout,
     entries: [{ binding: 0, resource: { buffer, size: RANGE_BYTES } }],
   });
-  return { bindGroup, count: ranges.length };
+  return { bindGroup, scans: scans.length, sliceAt: scans.length, slices: slices.length };
+}
+
+/** One compute pass: a stage, and the range uniforms of its dispatches (one dispatch each). */
+interface Pass {
+  stage: StageDecl;
+  stageIndex: number;
+  ranges: number[];
+}
+
+/**
+ * The passes of a direction in order: one per stage, dispatched once per scan range for a scan;
+ * a run of sliced stages next to each other, slice by slice (every stage of the run on a slice,
+ * then the next slice).
+ */
+function passesOf(
+  stages: readonly StageDecl[],
+  ranges: { scans: number; sliceAt: number; slices: number },
+): Pass[] {
+  const out: Pass[] = [];
+  const all = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
+  for (let i = 0; i < stages.length;) {
+    if (stages[i].sliced !== true) {
+      out.push({
+        stage: stages[i],
+        stageIndex: i,
+        ranges: stages[i].scan ? all(ranges.scans) : [0],
+      });
+      i++;
+      continue;
+    }
+    let end = i;
+    while (end < stages.length && stages[end].sliced === true) end++;
+    for (let slice = 0; slice < ranges.slices; slice++) {
+      for (let j = i; j < end; j++) {
+        out.push({ stage: stages[j], stageIndex: j, ranges: [ranges.sliceAt + slice] });
+      }
+    }
+    i = end;
+  }
+  return out;
 }
 
 function copy(encoder: GPUCommandEncoder, c: BufferCopy): void {
@@ -164,8 +209,15 @@ export async function runPasses(
   const repeat = typeof timing === "object" ? Math.max(1, timing.repeat) : 1;
   const readData = typeof timing === "object" ? timing.readData : true;
   const stages = job.direction.stages.filter((s) => s.when?.(job.plan) ?? true);
-  const nStages = stages.length;
-  const nQueries = 2 * nStages * repeat;
+  // the passes are known before the range uniforms are made: their counts alone decide them
+  const scanCount = job.compiled.set.scanRanges(job.plan).length;
+  const passes = passesOf(stages, {
+    scans: scanCount,
+    sliceAt: scanCount,
+    slices: sliceRanges(job.plan).length,
+  });
+  const nPasses = passes.length;
+  const nQueries = Math.max(1, 2 * nPasses * repeat);
   const reads = readData ? job.reads : [];
   const dataBytes = reads.reduce((n, r) => n + r.bytes, 0);
   const mustRead = dataBytes > 0 || timed;
@@ -205,8 +257,8 @@ export async function runPasses(
         extra(job.before);
         for (const c of job.copiesIn) copy(encoder, c);
         for (let rep = 0; rep < repeat; rep++) {
-          stages.forEach((stage, stageIndex) => {
-            const i = rep * nStages + stageIndex;
+          passes.forEach(({ stage, ranges: passRanges }, passIndex) => {
+            const i = rep * nPasses + passIndex;
             const pass = encoder.beginComputePass({
               label: stage.entry,
               ...(querySet !== undefined
@@ -222,8 +274,7 @@ export async function runPasses(
             pass.setBindGroup(0, job.bindGroups.get(stage)!);
             pass.setPipeline(job.compiled.pipelines.get(stage.entry)!);
             const [x, y, z] = stage.grid(job.plan);
-            const count = stage.scan === true ? ranges.count : 1;
-            for (let r = 0; r < count; r++) {
+            for (const r of passRanges) {
               pass.setBindGroup(1, ranges.bindGroup, [r * ctx.rangeAlign]);
               pass.dispatchWorkgroups(x, y, z);
             }
@@ -277,11 +328,17 @@ export async function runPasses(
     let stageNs: number[] | undefined;
     if (timed) {
       const ticks = new BigUint64Array(mapped.slice(tsOffset, tsOffset + nQueries * 8));
+      // a stage's time in one repeat is the sum of its passes (one per slice when sliced)
       stageNs = stages.map((_, stageIndex) => {
-        const all = Array.from({ length: repeat }, (_, rep) => {
-          const i = rep * nStages + stageIndex;
-          return Number(ticks[2 * i + 1] - ticks[2 * i]);
-        }).sort((a, b) => a - b);
+        const all = Array.from(
+          { length: repeat },
+          (_, rep) =>
+            passes.reduce((sum, p, passIndex) => {
+              if (p.stageIndex !== stageIndex) return sum;
+              const i = rep * nPasses + passIndex;
+              return sum + Number(ticks[2 * i + 1] - ticks[2 * i]);
+            }, 0),
+        ).sort((a, b) => a - b);
         return all[all.length >> 1];
       });
     }

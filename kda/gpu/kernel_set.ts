@@ -120,6 +120,11 @@ export interface BufferDecl {
   readonly init?: (plan: Plan) => Uint32Array;
   /** Whether a call needs the buffer at all (default: always; else a placeholder is bound). */
   readonly when?: (plan: Plan) => boolean;
+  /**
+   * For a per-chunk buffer: whether it holds the blocks of one slice of the chunks only (the
+   * sliced stages' scratch, {@linkcode StageDecl.sliced}), not of every chunk.
+   */
+  readonly perSlice?: boolean;
 }
 
 /** One compute stage: an entry point and how it is dispatched. */
@@ -133,6 +138,13 @@ export interface StageDecl {
    * reverse order in the backward); the range arrives in group 1.
    */
   readonly scan?: boolean;
+  /**
+   * A chunk-parallel stage dispatched once per slice of the chunks ({@linkcode Plan.sliceChunks}
+   * each, the slice's chunk range [n0, n1) over every sequence's chunks in group 1). The sliced
+   * stages next to each other run slice by slice, all of them on one slice before the next, so
+   * that a per-slice buffer holds one slice's blocks at a time.
+   */
+  readonly sliced?: boolean;
   /** Marked sections of the stage, for the profile by subtraction (bench/ablate.ts). */
   readonly sections?: readonly string[];
   /**
@@ -168,6 +180,8 @@ export interface Plan extends KdaDims {
   readonly NC: number;
   /** (b, h, chunk) blocks. */
   readonly chunks: number;
+  /** Chunks of one slice of the sliced stages (NCT where the set does not slice). */
+  readonly sliceChunks: number;
   /** Symbol values for the region tables' sizes (B, T, H, K, V, C and the set's own). */
   readonly dims: DimValues;
   /** The set's own derived values (e.g. a scan tile), which also become `Params` fields. */
@@ -231,6 +245,11 @@ export interface KernelSet {
   extra(dims: KdaDims, C: ChunkSize): Record<string, number>;
   /** The chunk ranges of successive scan dispatches (half-open, ascending, covering 0..NC). */
   scanRanges(plan: Plan): [number, number][];
+  /**
+   * Chunks a slice of the sliced stages covers for a call (at least 1; NCT or more is one slice);
+   * absent where the set has no sliced stage.
+   */
+  sliceChunks?(plan: Omit<Plan, "sliceChunks">): number;
   /** Why the set cannot run this call's shape, or null (limits are checked apart, generically). */
   whyNot(dims: KdaDims, C: ChunkSize): string | null;
 }

@@ -115,7 +115,8 @@ export function tableOffsets(
  */
 export function bufferElements(buffer: BufferDecl, plan: Plan): number {
   const per = tableOffsets(buffer.table, plan.dims).total;
-  return buffer.perChunk ? plan.chunks * per : per;
+  if (!buffer.perChunk) return per;
+  return (buffer.perSlice === true ? plan.sliceChunks * plan.H : plan.chunks) * per;
 }
 
 /**
@@ -181,7 +182,7 @@ export function makePlan(
     }
   }
   const extra = set.extra({ B, T, H, K, V }, C);
-  return {
+  const plan = {
     B,
     T,
     H,
@@ -197,6 +198,29 @@ export function makePlan(
     dims: { B, T, H, HQ, G: H / HQ, K, V, C, N, NC, NCT, ...extra },
     extra,
   };
+  const slice = set.sliceChunks?.(plan) ?? NCT;
+  return { ...plan, sliceChunks: Math.min(NCT, Math.max(1, Math.floor(slice))) };
+}
+
+/**
+ * The chunk ranges of a call's slices: half-open, ascending, {@linkcode Plan.sliceChunks} each
+ * but the last, covering 0..NCT (none when the call has no chunks).
+ *
+ * @param plan The call's plan.
+ * @returns The ranges.
+ * @example
+ * ```ts
+ * import { kernelSet } from "./kernel_set.ts";
+ * import "./kernels/mod.ts";
+ * sliceRanges(makePlan(kernelSet("fused"), { B: 2, T: 256, H: 2, K: 32, V: 32 }, 16)); // [[0, 32]]
+ * ```
+ */
+export function sliceRanges(plan: Plan): [number, number][] {
+  const ranges: [number, number][] = [];
+  for (let n0 = 0; n0 < plan.NCT; n0 += plan.sliceChunks) {
+    ranges.push([n0, Math.min(plan.NCT, n0 + plan.sliceChunks)]);
+  }
+  return ranges;
 }
 
 // ---- the uniform parameters ----

@@ -110,6 +110,14 @@ fn chunkOf(c: u32, h: u32) -> ChunkAt {
   );
 }
 
+// As chunkOf, in a sliced stage (mod.ts): its slice is the chunks [range.n0, range.n1), and the
+// gradient scratch holds the blocks of that slice alone
+fn slicedChunkOf(c: u32, h: u32) -> ChunkAt {
+  var at = chunkOf(c, h);
+  at.gs = ((c - range.n0) * p.H + h) * gsSize();
+  return at;
+}
+
 // The chunk of a chunk-parallel workgroup (x and y over the chunks, z over the heads); workgroups
 // past the last chunk have none (the grid wraps x at GRID_X).
 fn chunkIndex(wg: vec3u) -> u32 {

@@ -10,7 +10,8 @@
 
 import type { ChunkSize, KdaDims } from "../../../_types.ts";
 import type { AccessorDecl } from "../../accessors.ts";
-import { ofSize, type RegionTable, type Size } from "../../layout.ts";
+import { bytesOf, ofSize, type RegionTable, type Size, tableOffsets } from "../../layout.ts";
+import { gpuDebug } from "../../_debug.ts";
 import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
 import { CC, chunkRanges, CK, CV, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
@@ -60,6 +61,11 @@ const MM_SLICE = 16;
 const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
 /** Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). */
 const E_BLOCK = 16;
+/**
+ * Bytes of gradient scratch the backward's chunk-parallel stages hold at once: they run slice by
+ * slice over the chunks when the whole scratch would be larger (2.0 GB at (8, 4096, 16, 128)).
+ */
+const GS_BUDGET = 512 * 2 ** 20;
 /** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
 const GRID_X = 32768;
 
@@ -221,6 +227,12 @@ const chunkGrid = (plan: Plan): [number, number, number] => [
   Math.ceil(plan.NCT / GRID_X),
   plan.H,
 ];
+/** The sliced stages' grid: the chunks of one slice in x (wrapped past GRID_X), heads in z. */
+const sliceGrid = (plan: Plan): [number, number, number] => [
+  Math.min(plan.sliceChunks, GRID_X),
+  Math.ceil(plan.sliceChunks / GRID_X),
+  plan.H,
+];
 /** The scans' grid: V tiles, heads, sequences. */
 const scanGrid = (plan: Plan): [number, number, number] => [plan.extra.nVT, plan.H, plan.N];
 /** The group sums' grid: four channels of every token row of the query/key heads an invocation. */
@@ -321,7 +333,14 @@ export const SPLIT: KernelSet = {
     arrayBuffer("dout", "dout", TOKV, "backward"),
     arrayBuffer("dht", "dht", STATE, "backward"),
     { name: "backward scratch", table: BW, perChunk: true, dtype: "f32", lifetime: "backward" },
-    { name: "gradient scratch", table: GS, perChunk: true, dtype: "f32", lifetime: "backward" },
+    {
+      name: "gradient scratch",
+      table: GS,
+      perChunk: true,
+      perSlice: true,
+      dtype: "f32",
+      lifetime: "backward",
+    },
     arrayBuffer("dq", "dq", TOKQ, "backward"),
     arrayBuffer("dk", "dk", TOKQ, "backward"),
     arrayBuffer("dv", "dv", TOKV, "backward"),
@@ -427,7 +446,8 @@ export const SPLIT: KernelSet = {
       },
       {
         entry: "chunkGradsV",
-        grid: chunkGrid,
+        grid: sliceGrid,
+        sliced: true,
         uses: [
           ...["k", "v", "beta", "chunks", "work4", "tri4", "states4", "dout", "bw4"],
           ...["gs", "dv"],
@@ -436,13 +456,15 @@ export const SPLIT: KernelSet = {
       },
       {
         entry: "chunkGradsK",
-        grid: chunkGrid,
+        grid: sliceGrid,
+        sliced: true,
         uses: ["beta", "chunks", "work4", "tri4", "gs"],
         sections: ["bdT", "bKb", "bEf", "bC", "bD"],
       },
       {
         entry: "pairwiseGrads",
-        grid: chunkGrid,
+        grid: sliceGrid,
+        sliced: true,
         uses: [
           ...["q", "k", "beta", "chunks", "work4", "gs4", "bw"],
           ...["dq", "dk", "dg", "dqh", "dkh"],
@@ -451,7 +473,8 @@ export const SPLIT: KernelSet = {
       },
       {
         entry: "gateCumsumBackward",
-        grid: chunkGrid,
+        grid: sliceGrid,
+        sliced: true,
         uses: ["chunks", "work4", "bw", "gs", "dg", "dbeta"],
         sections: ["bF"],
       },
@@ -503,6 +526,12 @@ export const SPLIT: KernelSet = {
     const ranges = chunkRanges(plan.NC, plan.K + 3 * plan.C + 16);
     // a packed batch of empty sequences still runs one range, which copies h0 to ht
     return ranges.length > 0 ? ranges : [[0, 0]];
+  },
+  sliceChunks(plan) {
+    // the slices' count is that of GS_BUDGET-byte pieces of the whole scratch, their size even
+    const perChunk = plan.H * bytesOf(tableOffsets(GS, plan.dims).total, "f32");
+    const slices = Math.ceil((plan.NCT * perChunk) / (gpuDebug.sliceBytes ?? GS_BUDGET));
+    return Math.ceil(plan.NCT / Math.max(1, slices));
   },
   whyNot: () => null,
 };
