@@ -1,7 +1,9 @@
 // The one "encode passes, submit, read back" routine every kernel set's forward and backward run
 // through. It knows a set only by its declaration: each stage is one compute pass (so that, when
 // the device has `timestamp-query`, each stage is timed on the GPU by its pass's timestampWrites),
-// a scan stage dispatches once per chunk range, and glue passes (glue.ts) may run before and after
+// a scan stage dispatches once per chunk range, sliced stages next to each other run one pass each
+// per slice (all of them on a slice, then the next; a stage's time is the sum of its passes), and
+// glue passes (glue.ts) may run before and after
 // the set's stages. Everything goes in one submit, followed by at most one readback: Deno polls the
 // device on a timer, so each host round trip costs about 10 ms whatever the work.
 

@@ -6,7 +6,10 @@
 // factored through anchor rows whose decays are computed once per chunk (docs/kda.md 2.2, 2.3).
 // It reads the caller's arrays and writes the results in place (no packed copies), walks the
 // chunks of each sequence of a packed batch through a chunk table, and reads q and k at their own
-// head for grouped value heads (the gradients of each group summed by a stage of its own).
+// head for grouped value heads (the gradients of each group summed by a stage of its own). A stage
+// that only reads one of the set's per-chunk buffers reads it through a vec4 view (docs/kda.md
+// 3.2), and the backward's chunk-parallel stages run slice by slice over the chunks, so that their
+// gradient scratch stays under GS_BUDGET (docs/kda.md 3.3).
 
 import type { ChunkSize, KdaDims } from "../../../_types.ts";
 import type { AccessorDecl } from "../../accessors.ts";
