@@ -104,11 +104,14 @@ export const WORK: RegionTable = {
   ],
 };
 
-/** The forward's per-chunk C × C matrices: P (lower, scaled), T = (I + L)^-1, L (strictly lower). */
+/**
+ * The forward's per-chunk C × C matrices: P (lower, scaled) and T = (I + L)^-1 (L itself lives
+ * only in chunkPrep's workgroup memory: nothing after it reads L).
+ */
 export const TRI: RegionTable = {
   prefix: "r",
   sizeFn: "triSize",
-  regions: ofSize(CC, "P", "T", "L"),
+  regions: ofSize(CC, "P", "T"),
 };
 
 /** What the forward scan leaves per chunk: the chunk-start state S ([V, K]) and Vn ([C, V]). */

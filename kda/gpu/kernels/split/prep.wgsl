@@ -350,7 +350,6 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     }
     let beta4 = betaAt4(aBeta(), vrow4(at, rows4(rb, last)));
     let ls = tileScaleRows(lt, beta4);
-    triStoreTri(at.tri + rL(), rb, sb, ls, cv, 1u);
     triStoreTri(at.tri + rP(), rb, sb, p.scale * pt, cv, 0u);
     // L^T into the substitution matrix, which needs no other initial value
     storeLtRow(rb, sb, ls[0], cv);
@@ -363,7 +362,6 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     let r = e / cv;
     let s = e % cv;
     if (s / 4u > r / 4u) {
-      tri[at.tri + rL() + r * p.C + s] = 0.0;
       tri[at.tri + rP() + r * p.C + s] = 0.0;
     }
   }
