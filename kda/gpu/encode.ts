@@ -3,9 +3,9 @@
 // the device has `timestamp-query`, each stage is timed on the GPU by its pass's timestampWrites),
 // a scan stage dispatches once per chunk range, sliced stages next to each other run one pass each
 // per slice (all of them on a slice, then the next; a stage's time is the sum of its passes), and
-// glue passes (glue.ts) may run before and after
-// the set's stages. Everything goes in one submit, followed by at most one readback: Deno polls the
-// device on a timer, so each host round trip costs about 10 ms whatever the work.
+// glue passes (glue.ts) may run before and after the set's stages. Everything goes in one submit,
+// followed by at most one readback: Deno polls the device on a timer, so each host round trip costs
+// about 10 ms whatever the work.
 
 import type { CompiledSet, GpuContext } from "./device.ts";
 import { GpuError } from "./device.ts";
@@ -137,7 +137,7 @@ function passesOf(
   ranges: { scans: number; sliceAt: number; slices: number },
 ): Pass[] {
   const out: Pass[] = [];
-  const all = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
+  const all = (n: number) => Array.from({ length: n }, (_, i) => i);
   for (let i = 0; i < stages.length;) {
     if (stages[i].sliced !== true) {
       out.push({

@@ -4,9 +4,9 @@
 // limits it needs, its buffers (their region tables, what call arrays they hold, how long they
 // live), its bindings, and the stages of each direction (entry point, grid, whether it is a scan
 // dispatched once per chunk range, or a stage run slice by slice with its neighbours). The layout
-// module (layout.ts) generates each set's WGSL header
-// from this value; device.ts compiles and caches each set's pipelines; job.ts and encode.ts run any
-// set without knowing its stages. docs/kda.md 3.2 says how to add one.
+// module (layout.ts) generates each set's WGSL header from this value; device.ts compiles and
+// caches each set's pipelines; job.ts and encode.ts run any set without knowing its stages.
+// docs/kda.md 3.2 says how to add one.
 
 import type { ChunkSize, KdaDims } from "../_types.ts";
 import type { AccessorDecl } from "./accessors.ts";

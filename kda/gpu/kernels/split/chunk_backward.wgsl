@@ -4,16 +4,17 @@
 //   gateCumsumBackward  Stage F: dbeta and the reverse cumsum to dg
 //   groupSums           dq and dk of each query/key head, the sum over its group of value heads
 // They read what chunkGradsV (grads_v.wgsl) and chunkGradsK (grads_k.wgsl) left in the gradient
-// scratch gs; each heavy stage of the backward is a dispatch of its own, so that its registers do
-// not set the residency of the others (docs/kda.md 3.2). Rows past cv are clamped for reads and
-// never stored; each sum keeps one fixed order.
+// scratch gs (Stage E through its vec4 view gs4, which it only reads); each heavy stage of the
+// backward is a dispatch of its own, so that its registers do not set the residency of the others
+// (docs/kda.md 3.2). Rows past cv are clamped for reads and never stored; each sum keeps one fixed
+// order.
 
 // elementwiseGrads for one row r (token row `row` of the value head) and channels d..: dq and dk
-// (per value head when they are grouped); the
-// dG pieces, the K half of dbeta and x_r = dKd (.) K (.) e^{G_C - G} into gs (the last two reuse
-// the dKb and dKd slots, which only this row's invocation reads). x_r enters dG_r with a minus and
-// dG_C with a plus; dg_t sums dG_r for r >= t and dG_C, so the x_r of rows r >= t cancel exactly:
-// they are left out of both, and Stage F adds the x_r of rows r < t alone (no cancellation in f32).
+// (per value head when they are grouped); the dG pieces into dg (Stage F sums them in place), the
+// K half of dbeta and x_r = dKd (.) K (.) e^{G_C - G} into bw (eKb, eKd). x_r enters dG_r with a
+// minus and dG_C with a plus; dg_t sums dG_r for r >= t and dG_C, so the x_r of rows r >= t cancel
+// exactly: they are left out of both, and Stage F adds the x_r of rows r < t alone (no
+// cancellation in f32).
 fn elementwiseGrads(
   at: ChunkAt,
   row: u32,

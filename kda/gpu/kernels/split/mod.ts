@@ -180,7 +180,8 @@ const STATE: Size = [[1, "N", "H", "K", "V"]];
 
 /** The vec4 accessors the set's WGSL uses. */
 const ACCESSORS: readonly AccessorDecl[] = [
-  // the caller's arrays the stages read: aligned runs through their vec4 views
+  // the caller's arrays, and the per-chunk buffers where a stage also writes them: float by float
+  // (vec4 views of the caller's arrays beside them measured slower: bench/results/ANALYSIS.md)
   ["load", "q", "K"],
   ["load", "k", "K"],
   ["load", "dout", "V"],
@@ -379,7 +380,6 @@ export const SPLIT: KernelSet = {
     })),
     { name: "chunks", type: "read-only-storage", wgsl: "array<u32>", doc: "the chunk table" },
     { name: "work", type: "storage", wgsl: "array<f32>", doc: "WORK per chunk" },
-
     { name: "tri", type: "storage", wgsl: "array<f32>", doc: "TRI per chunk" },
     { name: "states", type: "storage", wgsl: "array<f32>", doc: "STATES per chunk" },
     { name: "o", type: "storage", wgsl: "array<f32>", doc: "o" },
