@@ -85,6 +85,7 @@ struct ChunkAt {
   cv: u32,
   // where the (chunk, head) block starts in each per-chunk buffer
   work: u32,
+  u: u32,
   tri: u32,
   states: u32,
   bw: u32,
@@ -103,6 +104,7 @@ fn chunkOf(c: u32, h: u32) -> ChunkAt {
     chunks[i + 1u],
     chunks[i + 2u],
     wid * workSize(),
+    wid * uSize(),
     wid * triSize(),
     wid * stateSize(),
     wid * bwSize(),

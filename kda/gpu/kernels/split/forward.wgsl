@@ -260,8 +260,9 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     let base = ch.wid * workSize();
     let sBlock = ch.wid * stateSize();
     let gam = work4K4(base + wGam(), at.d.x);
-    let ua = work4Cols(base + wU() + ch.raC * p.V, at.j);
-    let ub = work4Cols(base + wU() + ch.rbC * p.V, at.j);
+    let uBase = ch.wid * uSize() + uU();
+    let ua = u4Cols(uBase + ch.raC * p.V, at.j);
+    let ub = u4Cols(uBase + ch.rbC * p.V, at.j);
     var w = ScanRows(vec4f(0.0), vec4f(0.0));
     for (var i = 0u; i < m; i++) {
       let slab = SCAN_SLAB_AT + (g % 2u) * SCAN_SLAB_VEC4;

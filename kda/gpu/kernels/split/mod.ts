@@ -92,16 +92,22 @@ function arrayBuffer(
 
 /**
  * The forward's per-chunk work, one block per (chunk, head): G as hi + lo (the shared gate sums),
- * W, Kd = K ⊙ e^{G_C − G}, Qg = scale Q ⊙ e^G, U, and Gam = e^{G_C}.
+ * W, Kd = K ⊙ e^{G_C − G}, Qg = scale Q ⊙ e^G, and Gam = e^{G_C}.
  */
 export const WORK: RegionTable = {
   prefix: "w",
   sizeFn: "workSize",
-  regions: [
-    ...ofSize(CK, "G", "Glo", "W", "Kd", "Qg"),
-    { name: "U", size: CV },
-    { name: "Gam", size: [[1, "K"]] },
-  ],
+  regions: [...ofSize(CK, "G", "Glo", "W", "Kd", "Qg"), { name: "Gam", size: [[1, "K"]] }],
+};
+
+/**
+ * U = T diag(beta) V per chunk, which only the forward scan reads: a buffer of the forward alone,
+ * so that a saved forward does not keep it.
+ */
+export const UWORK: RegionTable = {
+  prefix: "u",
+  sizeFn: "uSize",
+  regions: [{ name: "U", size: CV }],
 };
 
 /**
@@ -199,7 +205,8 @@ const ACCESSORS: readonly AccessorDecl[] = [
     ["gatherVec", view, "K"] as const,
   ]),
   ...(["work4", "states4", "bw4", "gs4"] as const).map((view) => ["loadVec", view, "K"] as const),
-  ...(["work4", "states4", "bw4"] as const).map((view) => ["loadVec", view, "V"] as const),
+  ...(["u4", "states4", "bw4"] as const).map((view) => ["loadVec", view, "V"] as const),
+  ["element", "u4", "V"],
   ["store", "states", "K"],
   ["storeTileTransposed", "states", "K"],
   ["storeTileTransposed", "bw", "K"],
@@ -223,6 +230,7 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["gather", "dout", "K"],
   ["gather", "gs", "K"],
   ["storeRows", "work", "K"],
+  ["storeRows", "u", "K"],
   ["storeRows", "gs", "K"],
   ["storeTriangle", "tri", "K"],
   ["storeTriangle", "gs", "K"],
@@ -333,6 +341,7 @@ export const SPLIT: KernelSet = {
       init: chunkTable,
     },
     { name: "work", table: WORK, perChunk: true, dtype: "f32", lifetime: "saved" },
+    { name: "u", table: UWORK, perChunk: true, dtype: "f32", lifetime: "forward" },
     { name: "tri", table: TRI, perChunk: true, dtype: "f32", lifetime: "saved" },
     { name: "states", table: STATES, perChunk: true, dtype: "f32", lifetime: "saved" },
     arrayBuffer("o", "o", TOKV, "forward"),
@@ -380,6 +389,7 @@ export const SPLIT: KernelSet = {
     })),
     { name: "chunks", type: "read-only-storage", wgsl: "array<u32>", doc: "the chunk table" },
     { name: "work", type: "storage", wgsl: "array<f32>", doc: "WORK per chunk" },
+    { name: "u", type: "storage", wgsl: "array<f32>", doc: "U per chunk" },
     { name: "tri", type: "storage", wgsl: "array<f32>", doc: "TRI per chunk" },
     { name: "states", type: "storage", wgsl: "array<f32>", doc: "STATES per chunk" },
     { name: "o", type: "storage", wgsl: "array<f32>", doc: "o" },
@@ -390,7 +400,7 @@ export const SPLIT: KernelSet = {
     { name: "gs", type: "storage", wgsl: "array<f32>", doc: "GS per chunk" },
     // the per-chunk buffers as vec4s, for the stages that only read them (a buffer the package
     // makes is whole vec4s: buffers.ts)
-    ...["work", "tri", "states", "bw", "gs"].map((name) => ({
+    ...["work", "u", "tri", "states", "bw", "gs"].map((name) => ({
       name: `${name}4`,
       type: "read-only-storage" as const,
       wgsl: "array<vec4f>",
@@ -409,14 +419,14 @@ export const SPLIT: KernelSet = {
       {
         entry: "chunkPrep",
         grid: chunkGrid,
-        uses: ["q", "k", "v", "g", "beta", "chunks", "work", "tri"],
+        uses: ["q", "k", "v", "g", "beta", "chunks", "work", "u", "tri"],
         sections: ["cumsum", "lp", "subst", "wu", "factors"],
       },
       {
         entry: "stateScan",
         grid: scanGrid,
         scan: true,
-        uses: ["h0", "chunks", "work4", "states", "ht"],
+        uses: ["h0", "chunks", "work4", "u4", "states", "ht"],
       },
       {
         entry: "chunkOutput",
@@ -434,6 +444,8 @@ export const SPLIT: KernelSet = {
       chunks: "chunk table",
       work: "work",
       work4: "work",
+      u: "u",
+      u4: "u",
       tri: "tri",
       tri4: "tri",
       states: "states",

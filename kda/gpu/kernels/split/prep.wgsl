@@ -487,10 +487,13 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
       }
-      if (mine) {
-        let region = at.work + select(wW(), wU(), which == 1u);
-        workStoreRows(region, 4u * rq, 4u * (q0 + jq), acc.t0, cv, width);
-        workStoreRows(region, 4u * rq, 4u * (q0 + jq) + 4u, acc.t1, cv, width);
+      if (mine && which == 0u) {
+        workStoreRows(at.work + wW(), 4u * rq, 4u * (q0 + jq), acc.t0, cv, width);
+        workStoreRows(at.work + wW(), 4u * rq, 4u * (q0 + jq) + 4u, acc.t1, cv, width);
+      }
+      if (mine && which == 1u) {
+        uStoreRows(at.u + uU(), 4u * rq, 4u * (q0 + jq), acc.t0, cv, width);
+        uStoreRows(at.u + uU(), 4u * rq, 4u * (q0 + jq) + 4u, acc.t1, cv, width);
       }
     }
   }
