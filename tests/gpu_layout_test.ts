@@ -17,6 +17,7 @@ import {
   setTables,
   shapeProblem,
   sizeOf,
+  sliceRanges,
   tableOffsets,
   wgslHeader,
 } from "../kda/gpu/layout.ts";
@@ -169,6 +170,55 @@ Deno.test("every set's scan ranges cover every chunk exactly once (the fused set
         assert.ok(longest === 1 || 64 + longest * scanLoopsPerChunk(plan) <= LOOP_BUDGET);
         const { VT } = plan.extra;
         assert.ok(plan.K * VT <= 4096 && C * VT <= 2048 && [4, 8, 16, 32].includes(VT));
+      }
+    }
+  }
+});
+
+Deno.test("every set's slices cover every chunk exactly once, and a per-slice buffer holds one slice", () => {
+  for (const set of SETS) {
+    for (const shape of SHAPES) {
+      for (const C of CHUNKS) {
+        const plan = makePlan(set, shape, C);
+        const ranges = sliceRanges(plan);
+        let next = 0;
+        for (const [n0, n1] of ranges) {
+          assert.equal(n0, next, `${set.name} ${JSON.stringify(shape)} C=${C}: slice starts`);
+          assert.ok(n1 > n0 && n1 - n0 <= plan.sliceChunks, `${set.name}: slice [${n0}, ${n1})`);
+          next = n1;
+        }
+        assert.equal(next, plan.NCT, `${set.name} ${JSON.stringify(shape)} C=${C}: slices end`);
+        for (const b of set.buffers.filter((b) => b.perSlice === true)) {
+          const per = tableOffsets(b.table, plan.dims).total;
+          assert.equal(bufferElements(b, plan), plan.sliceChunks * plan.H * per, b.name);
+        }
+      }
+    }
+  }
+  // the split set's gradient scratch at the benchmarked shape: four slices of 128 chunks
+  const split = kernelSet("split");
+  const big = makePlan(split, { B: 8, T: 4096, H: 16, K: 128, V: 128 }, 64);
+  const gs = split.buffers.find((b) => b.perSlice === true)!;
+  const bytes = bufferElements(gs, big) * 4;
+  assert.equal(sliceRanges(big).length, 4);
+  if (!(bytes <= 512 * 2 ** 20)) throw new Error(`the ${gs.name} is ${bytes} bytes`);
+});
+
+Deno.test("what a backward stage binds outlives the forward, and what a saved forward keeps a backward reads", () => {
+  for (const set of SETS) {
+    if (set.backward === null) continue;
+    const byBinding = (bind: Readonly<Record<string, string>>, stages: typeof set.forward.stages) =>
+      new Set(
+        stages.flatMap((st) => st.uses ?? set.bindings.map((b) => b.name)).map((b) => bind[b])
+          .filter((name) => name !== undefined),
+      );
+    const readByBackward = byBinding(set.backward.bind, set.backward.stages);
+    for (const decl of set.buffers) {
+      if (readByBackward.has(decl.name)) {
+        assert.notEqual(decl.lifetime, "forward", `${set.name}: the backward binds ${decl.name}`);
+      }
+      if (decl.lifetime === "saved") {
+        assert.ok(readByBackward.has(decl.name), `${set.name}: ${decl.name} is saved, never read`);
       }
     }
   }
