@@ -2,8 +2,8 @@
 // registered set: the buffer regions are disjoint and in bounds, the generated WGSL header
 // computes the same offsets as the TypeScript, the parameters pack as the header's struct says,
 // the declaration agrees with the set's WGSL (entry points, bindings, accessors, no hand-written
-// offsets), the scan ranges cover every chunk once, and the limit reasons say what fits. Runs
-// everywhere (no adapter needed).
+// offsets), the scan ranges and the slices cover every chunk once, what a backward binds outlives
+// the forward, and the limit reasons say what fits. Runs everywhere (no adapter needed).
 
 import assert from "node:assert/strict";
 import {
