@@ -96,15 +96,18 @@ export interface TimingOptions {
   readData: boolean;
 }
 
-/**
- * The chunk-range uniforms, one per dispatch, and their bind group: the scans' ranges (in reverse
- * order in the backward), then the slices of the sliced stages (from index `sliceAt`).
- */
-function makeRanges(ctx: GpuContext, set: BufferSet, job: PassJob) {
+/** A job's chunk ranges: the scans' (in reverse order in the backward), then the slices'. */
+function rangesOf(job: PassJob): { scans: [number, number][]; slices: [number, number][] } {
   const scans = job.compiled.set.scanRanges(job.plan);
   if (job.reverse) scans.reverse();
-  const slices = sliceRanges(job.plan);
-  const ranges = [...scans, ...slices];
+  return { scans, slices: sliceRanges(job.plan) };
+}
+
+/**
+ * The chunk-range uniforms, one per dispatch (the scans' ranges, then the slices'), and their
+ * bind group.
+ */
+function makeRanges(ctx: GpuContext, set: BufferSet, ranges: readonly [number, number][]) {
   const stride = ctx.rangeAlign;
   const buffer = set.make("chunk ranges", ranges.length * stride, UNIFORM_USAGE);
   const words = new Uint32Array((ranges.length * stride) / Uint32Array.BYTES_PER_ELEMENT);
@@ -117,7 +120,7 @@ function makeRanges(ctx: GpuContext, set: BufferSet, job: PassJob) {
     layout: ctx.rangeLayout,
     entries: [{ binding: 0, resource: { buffer, size: RANGE_BYTES } }],
   });
-  return { bindGroup, scans: scans.length, sliceAt: scans.length, slices: slices.length };
+  return bindGroup;
 }
 
 /** One compute pass: a stage, and the range uniforms of its dispatches (one dispatch each). */
@@ -130,11 +133,11 @@ interface Pass {
 /**
  * The passes of a direction in order: one per stage, dispatched once per scan range for a scan;
  * a run of sliced stages next to each other, slice by slice (every stage of the run on a slice,
- * then the next slice).
+ * then the next slice). Range indices are those of the uniforms: the scans', then the slices'.
  */
 function passesOf(
   stages: readonly StageDecl[],
-  ranges: { scans: number; sliceAt: number; slices: number },
+  ranges: { scans: number; slices: number },
 ): Pass[] {
   const out: Pass[] = [];
   const all = (n: number) => Array.from({ length: n }, (_, i) => i);
@@ -152,7 +155,7 @@ function passesOf(
     while (end < stages.length && stages[end].sliced === true) end++;
     for (let slice = 0; slice < ranges.slices; slice++) {
       for (let j = i; j < end; j++) {
-        out.push({ stage: stages[j], stageIndex: j, ranges: [ranges.sliceAt + slice] });
+        out.push({ stage: stages[j], stageIndex: j, ranges: [ranges.scans + slice] });
       }
     }
     i = end;
@@ -211,13 +214,8 @@ export async function runPasses(
   const repeat = typeof timing === "object" ? Math.max(1, timing.repeat) : 1;
   const readData = typeof timing === "object" ? timing.readData : true;
   const stages = job.direction.stages.filter((s) => s.when?.(job.plan) ?? true);
-  // the passes are known before the range uniforms are made: their counts alone decide them
-  const scanCount = job.compiled.set.scanRanges(job.plan).length;
-  const passes = passesOf(stages, {
-    scans: scanCount,
-    sliceAt: scanCount,
-    slices: sliceRanges(job.plan).length,
-  });
+  const { scans, slices } = rangesOf(job);
+  const passes = passesOf(stages, { scans: scans.length, slices: slices.length });
   const nPasses = passes.length;
   const nQueries = Math.max(1, 2 * nPasses * repeat);
   const reads = readData ? job.reads : [];
@@ -232,7 +230,7 @@ export async function runPasses(
       `${job.what} (encoding ${stages.map((s) => s.entry).join(" -> ")})`,
       () => {
         // every pipeline's layout has group 1 (the header declares the range), scans or not
-        const ranges = makeRanges(ctx, set, job);
+        const rangeGroup = makeRanges(ctx, set, [...scans, ...slices]);
         const staging = mustRead
           ? set.make(
             `${job.what} staging`,
@@ -277,7 +275,7 @@ export async function runPasses(
             pass.setPipeline(job.compiled.pipelines.get(stage.entry)!);
             const [x, y, z] = stage.grid(job.plan);
             for (const r of passRanges) {
-              pass.setBindGroup(1, ranges.bindGroup, [r * ctx.rangeAlign]);
+              pass.setBindGroup(1, rangeGroup, [r * ctx.rangeAlign]);
               pass.dispatchWorkgroups(x, y, z);
             }
             pass.end();
