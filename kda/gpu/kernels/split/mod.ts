@@ -236,18 +236,16 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["storeTriangle", "gs", "K"],
 ];
 
-/** The chunk-parallel grid: the chunks of every sequence in x (wrapped past GRID_X), heads in z. */
-const chunkGrid = (plan: Plan): [number, number, number] => [
-  Math.min(plan.NCT, GRID_X),
-  Math.ceil(plan.NCT / GRID_X),
+/** A chunk-parallel grid over n chunks: the chunks in x (wrapped past GRID_X), heads in z. */
+const gridOver = (n: number, plan: Plan): [number, number, number] => [
+  Math.min(n, GRID_X),
+  Math.ceil(n / GRID_X),
   plan.H,
 ];
-/** The sliced stages' grid: the chunks of one slice in x (wrapped past GRID_X), heads in z. */
-const sliceGrid = (plan: Plan): [number, number, number] => [
-  Math.min(plan.sliceChunks, GRID_X),
-  Math.ceil(plan.sliceChunks / GRID_X),
-  plan.H,
-];
+/** The chunk-parallel grid: every chunk of every sequence. */
+const chunkGrid = (plan: Plan) => gridOver(plan.NCT, plan);
+/** The sliced stages' grid: the chunks of one slice. */
+const sliceGrid = (plan: Plan) => gridOver(plan.sliceChunks, plan);
 /** The scans' grid: V tiles, heads, sequences. */
 const scanGrid = (plan: Plan): [number, number, number] => [plan.extra.nVT, plan.H, plan.N];
 /** The group sums' grid: four channels of every token row of the query/key heads an invocation. */
