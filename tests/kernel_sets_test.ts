@@ -239,6 +239,14 @@ function draw(c: Case) {
   return { x32, ct32, x64: wide(x32), ct64: wide(ct32) };
 }
 
+/** The first index where two arrays' bits differ (lengths included), or -1 where none does. */
+function firstBitDifference(a: Float, b: Float): number {
+  const u = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const w = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  for (let j = 0; j < Math.max(u.length, w.length); j++) if (u[j] !== w[j]) return j;
+  return -1;
+}
+
 async function onSet(set: string, c: Case) {
   const { x32, ct32 } = draw(c);
   const options = { arm: "gpu" as const, chunkSize: c.chunkSize, kernels: set, strict: true };
@@ -280,13 +288,8 @@ for (const set of SETS) {
       const [xs, ys] = [arrays(a), arrays(b)];
       xs.forEach((x, i) => {
         if (x === undefined) return;
-        const u = new Uint32Array(x.buffer, x.byteOffset, x.length);
-        const w = new Uint32Array(ys[i]!.buffer, ys[i]!.byteOffset, ys[i]!.length);
-        for (let j = 0; j < u.length; j++) {
-          if (u[j] !== w[j]) {
-            throw new Error(`${set} ${c.label}: array ${i} differs at ${j} between runs`);
-          }
-        }
+        const j = firstBitDifference(x, ys[i]!);
+        if (j >= 0) throw new Error(`${set} ${c.label}: array ${i} differs at ${j} between runs`);
       });
     }
     const after = kdaSeam.counts().variants?.[`gpu:${set}`] ?? 0;
@@ -300,7 +303,6 @@ gpuTest(
   "kernel set split: a backward run slice by slice gives the bits of one pass over every chunk",
   async () => {
     const set = kernelSet("split");
-    const bits = (x: Float) => new Uint32Array(x.buffer, x.byteOffset, x.length);
     // the benchmarked width, K and V off the vec4 grid, a packed batch, grouped heads packed
     for (const c of [CASES[4], CASES[5], CASES[7], CASES[9]]) {
       const whole = await onSet("split", c);
@@ -326,9 +328,8 @@ gpuTest(
         for (const name of GRAD_NAMES) {
           const [a, b] = [whole.grads![name], got.grads![name]];
           if (a === undefined || b === undefined) continue;
-          const [u, w] = [bits(a), bits(b)];
-          const at = u.findIndex((v, i) => v !== w[i]);
-          if (!(at < 0)) {
+          const at = firstBitDifference(a, b);
+          if (at >= 0) {
             throw new Error(`${c.label} ${name}, ${sliceBytes} chunks a slice: differs at ${at}`);
           }
         }
