@@ -146,7 +146,7 @@ const CASES: Case[] = [
     gateMin: -3,
     h0: true,
     dht: true,
-    lengths: [5, 70, 1, 33],
+    lengths: [5, 70, 0, 1, 33],
     seed: 6,
   },
   {
@@ -300,38 +300,56 @@ for (const set of SETS) {
 }
 
 gpuTest(
-  "kernel set split: a backward run slice by slice gives the bits of one pass over every chunk",
+  "kernel set split: a run slice by slice, and scans over chunk ranges, give the bits of one pass over every chunk",
   async () => {
     const set = kernelSet("split");
-    // the benchmarked width, K and V off the vec4 grid, a packed batch, grouped heads packed
+    // the benchmarked width, K and V off the vec4 grid, a packed batch (an empty sequence in it,
+    // sequences across slices), grouped heads packed
     for (const c of [CASES[4], CASES[5], CASES[7], CASES[9]]) {
       const whole = await onSet("split", c);
-      // one chunk a slice, then two (the last slice shorter where the chunks are odd)
-      for (const sliceBytes of [1, 2]) {
+      // one chunk a slice, then two (the last slice shorter where the chunks are odd); then scans
+      // of one chunk a dispatch, over slices of two chunks (two pieces each) and over one slice
+      const runs: [slice: number | null, scan: number | null][] = [
+        [1, null],
+        [2, null],
+        [2, 1],
+        [null, 1],
+      ];
+      for (const [slice, scan] of runs) {
         const { x32 } = draw(c);
         gpuDebug.sliceBytes = null;
         const dims = { ...x32, ...(c.HV !== undefined ? { HV: c.HV } : {}) };
         const plain = makePlan(set, dims, c.chunkSize);
-        const perChunk = bufferElements(set.buffers.find((b) => b.perSlice)!, plain) * 4 /
-          plain.NCT;
-        gpuDebug.sliceBytes = sliceBytes * perChunk;
-        const sliced = makePlan(set, dims, c.chunkSize);
+        const perChunk = set.buffers.filter((b) => b.perSlice === true)
+          .reduce((n, b) => n + bufferElements(b, plain) * 4, 0) / plain.NCT;
+        const what = `${c.label}, ${slice ?? "all"} chunks a slice, ${scan ?? "all"} a scan`;
         let got;
         try {
-          const want = Math.ceil(plain.NCT / Math.ceil(plain.NCT / sliceBytes));
-          assert.equal(sliced.sliceChunks, want, `${c.label}: chunks a slice`);
-          assert.ok(sliced.sliceChunks < plain.NCT, `${c.label}: ${plain.NCT} chunks, one slice`);
+          gpuDebug.sliceBytes = slice === null ? null : slice * perChunk;
+          gpuDebug.scanChunks = scan;
+          const sliced = makePlan(set, dims, c.chunkSize);
+          if (slice !== null) {
+            const want = Math.ceil(plain.NCT / Math.ceil(plain.NCT / slice));
+            assert.equal(sliced.sliceChunks, want, `${what}: chunks a slice`);
+            assert.ok(sliced.sliceChunks < plain.NCT, `${what}: ${plain.NCT} chunks, one slice`);
+          }
+          if (scan !== null) {
+            assert.equal(set.scanRanges(sliced).length, plain.NC, `${what}: scan ranges`);
+          }
           got = await onSet("split", c);
         } finally {
           gpuDebug.sliceBytes = null;
+          gpuDebug.scanChunks = null;
         }
-        for (const name of GRAD_NAMES) {
-          const [a, b] = [whole.grads![name], got.grads![name]];
+        const outs: (readonly [string, Float | undefined, Float | undefined])[] = [
+          ["o", whole.out.o, got.out.o],
+          ["ht", whole.out.ht, got.out.ht],
+          ...GRAD_NAMES.map((name) => [name, whole.grads![name], got.grads![name]] as const),
+        ];
+        for (const [name, a, b] of outs) {
           if (a === undefined || b === undefined) continue;
           const at = firstBitDifference(a, b);
-          if (at >= 0) {
-            throw new Error(`${c.label} ${name}, ${sliceBytes} chunks a slice: differs at ${at}`);
-          }
+          if (at >= 0) throw new Error(`${what}: ${name} differs at ${at}`);
         }
       }
     }

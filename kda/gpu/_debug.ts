@@ -19,6 +19,14 @@ export const gpuDebug: {
   nextScopeError: "out-of-memory" | null;
   /** A transform of each kernel set's WGSL, applied when its pipelines are next compiled. */
   shaderTransform: ((code: string, set: string) => string) | null;
-  /** Bytes of gradient scratch a slice of the split set's sliced stages may hold (null: its own). */
+  /** Bytes of scratch a slice of the split set's sliced stages may hold (null: its own). */
   sliceBytes: number | null;
-} = { prefillNaN: false, nextScopeError: null, shaderTransform: null, sliceBytes: null };
+  /** Chunks of a sequence one dispatch of the split set's scans may take (null: its own). */
+  scanChunks: number | null;
+} = {
+  prefillNaN: false,
+  nextScopeError: null,
+  shaderTransform: null,
+  sliceBytes: null,
+  scanChunks: null,
+};

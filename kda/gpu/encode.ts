@@ -2,7 +2,9 @@
 // through. It knows a set only by its declaration: each stage is one compute pass (so that, when
 // the device has `timestamp-query`, each stage is timed on the GPU by its pass's timestampWrites),
 // a scan stage dispatches once per chunk range, sliced stages next to each other run one pass each
-// per slice (all of them on a slice, then the next; a stage's time is the sum of its passes), and
+// per slice (all of them on a slice, then the next, from the last slice in a direction whose scans
+// run from the last chunk; a sliced scan dispatches once per piece of the slice; a stage's time is
+// the sum of its passes), and
 // glue passes (glue.ts) may run before and after the set's stages. Everything goes in one submit,
 // followed by at most one readback: Deno polls the device on a timer, so each host round trip costs
 // about 10 ms whatever the work.
@@ -104,16 +106,17 @@ function rangesOf(job: PassJob): { scans: [number, number][]; slices: [number, n
 }
 
 /**
- * The chunk-range uniforms, one per dispatch (the scans' ranges, then the slices'), and their
- * bind group.
+ * One chunk-range uniform: the dispatch's chunks [n0, n1) and the first chunk of the slice it
+ * works in (block 0 of the per-slice buffers; 0 outside slices).
  */
-function makeRanges(ctx: GpuContext, set: BufferSet, ranges: readonly [number, number][]) {
+type RangeUniform = readonly [n0: number, n1: number, base: number];
+
+/** The chunk-range uniforms, one per dispatch, and their bind group. */
+function makeRanges(ctx: GpuContext, set: BufferSet, ranges: readonly RangeUniform[]) {
   const stride = ctx.rangeAlign;
   const buffer = set.make("chunk ranges", ranges.length * stride, UNIFORM_USAGE);
   const words = new Uint32Array((ranges.length * stride) / Uint32Array.BYTES_PER_ELEMENT);
-  ranges.forEach(([n0, n1], i) =>
-    words.set([n0, n1], (i * stride) / Uint32Array.BYTES_PER_ELEMENT)
-  );
+  ranges.forEach((range, i) => words.set(range, (i * stride) / Uint32Array.BYTES_PER_ELEMENT));
   ctx.device.queue.writeBuffer(buffer, 0, words);
   const bindGroup = ctx.device.createBindGroup({
     label: "kda chunk ranges",
@@ -131,36 +134,65 @@ interface Pass {
 }
 
 /**
- * The passes of a direction in order: one per stage, dispatched once per scan range for a scan;
- * a run of sliced stages next to each other, slice by slice (every stage of the run on a slice,
- * then the next slice). Range indices are those of the uniforms: the scans', then the slices'.
+ * The passes of a direction in order, and the range uniforms their dispatches read. A stage that
+ * is not sliced is one pass, dispatched once per scan range for a scan (the scans' ranges over
+ * each sequence's own chunks, in the job's order). A run of sliced stages next to each other goes
+ * slice by slice (every stage of the run on a slice, then the next; from the last slice when
+ * `reverse`, so that a sliced scan's carry runs from the later chunks to the earlier): a stage
+ * that is only sliced dispatches once over the slice's chunks, a sliced scan once per piece of
+ * the slice of at most the longest scan range's length (so that no sequence takes more chunks in
+ * one dispatch than a scan range allows), from the last piece when `reverse`. A sliced range is
+ * over all the call's chunks (sequence by sequence), with the slice's first chunk as its base.
  */
 function passesOf(
   stages: readonly StageDecl[],
-  ranges: { scans: number; slices: number },
-): Pass[] {
-  const out: Pass[] = [];
-  const all = (n: number) => Array.from({ length: n }, (_, i) => i);
+  ranges: { scans: readonly [number, number][]; slices: readonly [number, number][] },
+  reverse: boolean,
+): { passes: Pass[]; uniforms: RangeUniform[] } {
+  const uniforms: RangeUniform[] = ranges.scans.map(([n0, n1]) => [n0, n1, 0]);
+  const scanUniforms = uniforms.map((_, i) => i);
+  const add = (range: RangeUniform) => uniforms.push(range) - 1;
+  const passes: Pass[] = [];
+  const longest = Math.max(0, ...ranges.scans.map(([n0, n1]) => n1 - n0));
+  const pieces = ([n0, n1]: readonly [number, number]): [number, number][] => {
+    if (ranges.scans.length <= 1) return [[n0, n1]];
+    const out: [number, number][] = [];
+    for (let a = n0; a < n1; a += longest) out.push([a, Math.min(n1, a + longest)]);
+    return out;
+  };
   for (let i = 0; i < stages.length;) {
     if (stages[i].sliced !== true) {
-      out.push({
-        stage: stages[i],
-        stageIndex: i,
-        ranges: stages[i].scan ? all(ranges.scans) : [0],
-      });
+      passes.push({ stage: stages[i], stageIndex: i, ranges: stages[i].scan ? scanUniforms : [0] });
       i++;
       continue;
     }
     let end = i;
     while (end < stages.length && stages[end].sliced === true) end++;
-    for (let slice = 0; slice < ranges.slices; slice++) {
+    // a call without chunks still runs a sliced scan once (over no chunks: the sequences' carry)
+    const slices: (readonly [number, number])[] = ranges.slices.length > 0
+      ? [...ranges.slices]
+      : [[0, 0]];
+    if (reverse) slices.reverse();
+    for (const slice of slices) {
+      const whole = add([slice[0], slice[1], slice[0]]);
       for (let j = i; j < end; j++) {
-        out.push({ stage: stages[j], stageIndex: j, ranges: [ranges.scans + slice] });
+        if (stages[j].scan !== true) {
+          passes.push({ stage: stages[j], stageIndex: j, ranges: [whole] });
+          continue;
+        }
+        const parts = pieces(slice);
+        if (reverse) parts.reverse();
+        passes.push({
+          stage: stages[j],
+          stageIndex: j,
+          ranges: parts.map(([n0, n1]) => add([n0, n1, slice[0]])),
+        });
       }
     }
     i = end;
   }
-  return out;
+  if (uniforms.length === 0) uniforms.push([0, 0, 0]);
+  return { passes, uniforms };
 }
 
 function copy(encoder: GPUCommandEncoder, c: BufferCopy): void {
@@ -214,8 +246,7 @@ export async function runPasses(
   const repeat = typeof timing === "object" ? Math.max(1, timing.repeat) : 1;
   const readData = typeof timing === "object" ? timing.readData : true;
   const stages = job.direction.stages.filter((s) => s.when?.(job.plan) ?? true);
-  const { scans, slices } = rangesOf(job);
-  const passes = passesOf(stages, { scans: scans.length, slices: slices.length });
+  const { passes, uniforms } = passesOf(stages, rangesOf(job), job.reverse);
   const nPasses = passes.length;
   const nQueries = Math.max(1, 2 * nPasses * repeat);
   const reads = readData ? job.reads : [];
@@ -230,7 +261,7 @@ export async function runPasses(
       `${job.what} (encoding ${stages.map((s) => s.entry).join(" -> ")})`,
       () => {
         // every pipeline's layout has group 1 (the header declares the range), scans or not
-        const rangeGroup = makeRanges(ctx, set, [...scans, ...slices]);
+        const rangeGroup = makeRanges(ctx, set, uniforms);
         const staging = mustRead
           ? set.make(
             `${job.what} staging`,

@@ -136,14 +136,17 @@ export interface StageDecl {
   grid(plan: Plan): [number, number, number];
   /**
    * A sequential scan, dispatched once per chunk range of {@linkcode KernelSet.scanRanges} (in
-   * reverse order in the backward); the range arrives in group 1.
+   * reverse order in the backward); the range arrives in group 1. A scan that is also
+   * {@linkcode StageDecl.sliced} is dispatched per piece of each slice instead: its range is then
+   * over all the call's chunks, and each sequence takes its own chunks in it.
    */
   readonly scan?: boolean;
   /**
-   * A chunk-parallel stage dispatched once per slice of the chunks ({@linkcode Plan.sliceChunks}
-   * each, the slice's chunk range [n0, n1) over every sequence's chunks in group 1). The sliced
-   * stages next to each other run slice by slice, all of them on one slice before the next, so
-   * that a per-slice buffer holds one slice's blocks at a time.
+   * A stage dispatched once per slice of the chunks ({@linkcode Plan.sliceChunks} each, the
+   * slice's chunk range [n0, n1) over every sequence's chunks in group 1, with the slice's first
+   * chunk as `base`). The sliced stages next to each other run slice by slice, all of them on one
+   * slice before the next (from the last slice in the backward), so that a per-slice buffer holds
+   * one slice's blocks at a time.
    */
   readonly sliced?: boolean;
   /** Marked sections of the stage, for the profile by subtraction (bench/ablate.ts). */

@@ -113,10 +113,13 @@ fn chunkOf(c: u32, h: u32) -> ChunkAt {
 }
 
 // As chunkOf, in a sliced stage (mod.ts): its slice is the chunks [range.n0, range.n1), and the
-// gradient scratch holds the blocks of that slice alone
+// backward and gradient scratch hold the blocks of that slice alone, from its first chunk
+// range.base
 fn slicedChunkOf(c: u32, h: u32) -> ChunkAt {
   var at = chunkOf(c, h);
-  at.gs = ((c - range.n0) * p.H + h) * gsSize();
+  let block = (c - range.base) * p.H + h;
+  at.bw = block * bwSize();
+  at.gs = block * gsSize();
   return at;
 }
 

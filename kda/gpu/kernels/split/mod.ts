@@ -8,15 +8,16 @@
 // chunks of each sequence of a packed batch through a chunk table, and reads q and k at their own
 // head for grouped value heads (the gradients of each group summed by a stage of its own). A stage
 // that only reads one of the set's per-chunk buffers reads it through a vec4 view (docs/kda.md
-// 3.2), and the backward's chunk-parallel stages run slice by slice over the chunks, so that their
-// gradient scratch stays under GS_BUDGET (docs/kda.md 3.3).
+// 3.2), and the backward runs slice by slice over the chunks from the last (its scan on the slice,
+// then its chunk-parallel stages), so that its backward and gradient scratch stay under GS_BUDGET
+// (docs/kda.md 3.3).
 
 import type { ChunkSize, KdaDims } from "../../../_types.ts";
 import type { AccessorDecl } from "../../accessors.ts";
 import { bytesOf, ofSize, type RegionTable, type Size, tableOffsets } from "../../layout.ts";
 import { gpuDebug } from "../../_debug.ts";
 import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
-import { CC, chunkRanges, CK, CV, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
+import { CC, chunkRanges, CK, CV, LOOP_BUDGET, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
 /** Channels per staged slice of the pairwise products. */
 const LP_BLOCK = 16;
@@ -65,8 +66,8 @@ const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
 /** Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). */
 const E_BLOCK = 16;
 /**
- * Bytes of gradient scratch the backward's chunk-parallel stages hold at once: they run slice by
- * slice over the chunks when the whole scratch would be larger (2.0 GB at (8, 4096, 16, 128)).
+ * Bytes of backward and gradient scratch (BW and GS) the backward holds at once: it runs slice by
+ * slice over the chunks when the whole scratch would be larger (2.8 GB at (8, 4096, 16, 128)).
  */
 const GS_BUDGET = 512 * 2 ** 20;
 /** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
@@ -346,7 +347,14 @@ export const SPLIT: KernelSet = {
     arrayBuffer("ht", "ht", STATE, "forward"),
     arrayBuffer("dout", "dout", TOKV, "backward"),
     arrayBuffer("dht", "dht", STATE, "backward"),
-    { name: "backward scratch", table: BW, perChunk: true, dtype: "f32", lifetime: "backward" },
+    {
+      name: "backward scratch",
+      table: BW,
+      perChunk: true,
+      perSlice: true,
+      dtype: "f32",
+      lifetime: "backward",
+    },
     {
       name: "gradient scratch",
       table: GS,
@@ -458,6 +466,7 @@ export const SPLIT: KernelSet = {
         entry: "stateScanBackward",
         grid: scanGrid,
         scan: true,
+        sliced: true,
         uses: ["chunks", "work4", "tri4", "dout", "dht", "bw", "dh0"],
       },
       {
@@ -539,13 +548,17 @@ export const SPLIT: KernelSet = {
   scanRanges(plan: Plan) {
     // the busiest scan invocation loops once a slab and once per vec4 of K, row of P^T (by four),
     // and row of the two r-slab operands per chunk (scan_backward.wgsl), under K + 3 C + 16
-    const ranges = chunkRanges(plan.NC, plan.K + 3 * plan.C + 16);
+    const ranges = gpuDebug.scanChunks === null
+      ? chunkRanges(plan.NC, plan.K + 3 * plan.C + 16)
+      : chunkRanges(plan.NC, Math.floor((LOOP_BUDGET - 64) / gpuDebug.scanChunks));
     // a packed batch of empty sequences still runs one range, which copies h0 to ht
     return ranges.length > 0 ? ranges : [[0, 0]];
   },
   sliceChunks(plan) {
-    // the slices' count is that of GS_BUDGET-byte pieces of the whole scratch, their size even
-    const perChunk = plan.H * bytesOf(tableOffsets(GS, plan.dims).total, "f32");
+    // the slices' count is that of GS_BUDGET-byte pieces of the whole scratch (BW and GS), their
+    // size even
+    const perChunk = plan.H *
+      bytesOf(tableOffsets(GS, plan.dims).total + tableOffsets(BW, plan.dims).total, "f32");
     const slices = Math.ceil((plan.NCT * perChunk) / (gpuDebug.sliceBytes ?? GS_BUDGET));
     return Math.ceil(plan.NCT / Math.max(1, slices));
   },

@@ -85,21 +85,25 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
   let at = scanAt(wg, lid);
   let sl = scanSlabs();
   let hasDht = (p.flags & HAS_DHT) != 0u;
-  // the dispatches run the chunk ranges from the last; a sequence starts from dht in the first
-  // one that reaches its end (also when it has no chunk in it, or none at all)
-  let fromLast = range.n1 >= at.seq.count;
+  // a sliced scan (mod.ts): the dispatch's range is over all the call's chunks, and the dispatches
+  // run the slices and their pieces from the last. A sequence takes its own chunks in the range
+  // (local n0..n1) and starts from dht in the dispatch that holds its last chunk, else from its
+  // carry in dh0; one with no chunk in the range has nothing to do, unless it has none at all
+  // (then each dispatch writes its dh0 = dht, the same bits each time).
+  let seqEnd = at.seq.first + at.seq.count;
+  let n0 = clamp(range.n0, at.seq.first, seqEnd) - at.seq.first;
+  let n1 = clamp(range.n1, at.seq.first, seqEnd) - at.seq.first;
+  if (at.seq.count > 0u && n1 == n0) {
+    return;
+  }
+  let fromLast = n1 == at.seq.count;
   var st = mat4x4f(
     backwardStartRow(at, at.d.x, fromLast, hasDht),
     backwardStartRow(at, at.d.y, fromLast, hasDht),
     backwardStartRow(at, at.d.z, fromLast, hasDht),
     backwardStartRow(at, at.d.w, fromLast, hasDht),
   );
-  let n0 = range.n0;
-  let n1 = min(range.n1, at.seq.count);
-  var steps = 0u;
-  if (n1 > n0) {
-    steps = n1 - n0;
-  }
+  let steps = n1 - n0;
   // m >= 4 slabs a chunk (one of each operand at least)
   let m = sl.nP + sl.nD + 2u * sl.nR;
   let tileEntries = p.C * at.ng;
@@ -123,7 +127,8 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
       later = scanChunk(at, n - 1u);
     }
     let base = ch.wid * workSize();
-    let bBase = ch.wid * bwSize();
+    // the scratch holds the slice's blocks alone
+    let bBase = ((at.seq.first + n - range.base) * p.H + at.h) * bwSize();
     let gam = work4K4(base + wGam(), at.d.x);
     var dv = ScanRows(vec4f(0.0), vec4f(0.0));
     for (var i = 0u; i < m; i++) {
