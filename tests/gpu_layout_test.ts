@@ -14,9 +14,11 @@ import {
   packParams,
   paramWords,
   scaleProblem,
+  sequenceChunks,
   setTables,
   shapeProblem,
   sizeOf,
+  sliceOrder,
   sliceRanges,
   tableOffsets,
   wgslHeader,
@@ -175,19 +177,57 @@ Deno.test("every set's scan ranges cover every chunk exactly once (the fused set
   }
 });
 
+Deno.test("slice order lists every chunk once, by index within its sequence, then by sequence", () => {
+  for (const counts of [[3], [2, 1], [1, 0, 4, 2], [0, 0], [], [5, 5, 5]]) {
+    const { order, pos } = sliceOrder(counts);
+    const total = counts.reduce((a, b) => a + b, 0);
+    assert.equal(order.length, total);
+    const first = counts.map((_, s) => counts.slice(0, s).reduce((a, b) => a + b, 0));
+    let before = [-1, -1];
+    for (let p = 0; p < total; p++) {
+      assert.equal(pos[order[p]], p, `${counts}: position ${p}`);
+      const seq = first.findLastIndex((f, s) => f <= order[p] && counts[s] > 0);
+      const key = [order[p] - first[seq], seq];
+      assert.ok(key[0] > before[0] || (key[0] === before[0] && key[1] > before[1]), `${counts}`);
+      before = key;
+    }
+  }
+});
+
 Deno.test("every set's slices cover every chunk exactly once, and a per-slice buffer holds one slice", () => {
+  const packed = {
+    B: 1,
+    T: 0,
+    H: 2,
+    K: 16,
+    V: 16,
+    cuSeqlens: Int32Array.from([0, 5, 200, 200, 201]),
+  };
   for (const set of SETS) {
-    for (const shape of SHAPES) {
+    const slicedScan = set.backward?.stages.some((s) => s.scan === true && s.sliced === true);
+    for (const shape of [...SHAPES, { ...packed, T: 201 }]) {
       for (const C of CHUNKS) {
         const plan = makePlan(set, shape, C);
+        const what = `${set.name} ${JSON.stringify({ ...shape, cuSeqlens: undefined })} C=${C}`;
         const ranges = sliceRanges(plan);
+        const counts = sequenceChunks(plan);
+        const { order } = sliceOrder(counts);
+        const first = counts.map((_, s) => counts.slice(0, s).reduce((a, b) => a + b, 0));
+        const longest = Math.max(...set.scanRanges(plan).map(([a, b]) => b - a));
         let next = 0;
         for (const [n0, n1] of ranges) {
-          assert.equal(n0, next, `${set.name} ${JSON.stringify(shape)} C=${C}: slice starts`);
-          assert.ok(n1 > n0 && n1 - n0 <= plan.sliceChunks, `${set.name}: slice [${n0}, ${n1})`);
+          assert.equal(n0, next, `${what}: slice starts`);
+          assert.ok(n1 > n0 && n1 - n0 <= plan.sliceChunks, `${what}: slice [${n0}, ${n1})`);
+          // a sliced scan takes each sequence's chunks of a slice in one dispatch
+          for (let s = 0; slicedScan && s < counts.length; s++) {
+            const mine = Array.from(order.subarray(n0, n1)).filter((c) =>
+              c >= first[s] && c < first[s] + counts[s]
+            );
+            assert.ok(mine.length <= longest, `${what}: sequence ${s} in [${n0}, ${n1})`);
+          }
           next = n1;
         }
-        assert.equal(next, plan.NCT, `${set.name} ${JSON.stringify(shape)} C=${C}: slices end`);
+        assert.equal(next, plan.NCT, `${what}: slices end`);
         for (const b of set.buffers.filter((b) => b.perSlice === true)) {
           const per = tableOffsets(b.table, plan.dims).total;
           assert.equal(bufferElements(b, plan), plan.sliceChunks * plan.H * per, b.name);
@@ -195,15 +235,14 @@ Deno.test("every set's slices cover every chunk exactly once, and a per-slice bu
       }
     }
   }
-  // the split set's backward and gradient scratch at the benchmarked shape: six slices of 86
-  // chunks (the last 82), under 512 MiB together
+  // the split set's backward and gradient scratch at the benchmarked shape: six slices of 12
+  // chunks of each sequence (the last 8), under 512 MiB together
   const split = kernelSet("split");
   const big = makePlan(split, { B: 8, T: 4096, H: 16, K: 128, V: 128 }, 64);
   const perSlice = split.buffers.filter((b) => b.perSlice === true);
   assert.deepEqual(perSlice.map((b) => b.name), ["backward scratch", "gradient scratch"]);
   const bytes = perSlice.reduce((n, b) => n + bufferElements(b, big) * 4, 0);
-  assert.equal(sliceRanges(big).length, 6);
-  assert.equal(big.sliceChunks, 86);
+  assert.deepEqual(sliceRanges(big).map(([n0, n1]) => n1 - n0), [96, 96, 96, 96, 96, 32]);
   if (!(bytes <= 512 * 2 ** 20)) throw new Error(`the backward's scratch is ${bytes} bytes`);
 });
 

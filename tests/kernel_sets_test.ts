@@ -308,7 +308,8 @@ gpuTest(
     for (const c of [CASES[4], CASES[5], CASES[7], CASES[9]]) {
       const whole = await onSet("split", c);
       // one chunk a slice, then two (the last slice shorter where the chunks are odd); then scans
-      // of one chunk a dispatch, over slices of two chunks (two pieces each) and over one slice
+      // of one chunk a dispatch, over slices of up to two chunks (so of one index of each
+      // sequence) and over no budget (so slices of one index of every sequence)
       const runs: [slice: number | null, scan: number | null][] = [
         [1, null],
         [2, null],
@@ -329,9 +330,8 @@ gpuTest(
           gpuDebug.scanChunks = scan;
           const sliced = makePlan(set, dims, c.chunkSize);
           if (slice !== null) {
-            const want = Math.ceil(plain.NCT / Math.ceil(plain.NCT / slice));
-            assert.equal(sliced.sliceChunks, want, `${what}: chunks a slice`);
-            assert.ok(sliced.sliceChunks < plain.NCT, `${what}: ${plain.NCT} chunks, one slice`);
+            assert.ok(sliced.sliceChunks <= slice, `${what}: ${sliced.sliceChunks} chunks a slice`);
+            assert.ok(sliced.slices.length > 1, `${what}: ${plain.NCT} chunks, one slice`);
           }
           if (scan !== null) {
             assert.equal(set.scanRanges(sliced).length, plain.NC, `${what}: scan ranges`);

@@ -3,8 +3,7 @@
 // the device has `timestamp-query`, each stage is timed on the GPU by its pass's timestampWrites),
 // a scan stage dispatches once per chunk range, sliced stages next to each other run one pass each
 // per slice (all of them on a slice, then the next, from the last slice in a direction whose scans
-// run from the last chunk; a sliced scan dispatches once per piece of the slice; a stage's time is
-// the sum of its passes), and
+// run from the last chunk; a stage's time is the sum of its passes), and
 // glue passes (glue.ts) may run before and after the set's stages. Everything goes in one submit,
 // followed by at most one readback: Deno polls the device on a timer, so each host round trip costs
 // about 10 ms whatever the work.
@@ -106,8 +105,9 @@ function rangesOf(job: PassJob): { scans: [number, number][]; slices: [number, n
 }
 
 /**
- * One chunk-range uniform: the dispatch's chunks [n0, n1) and the first chunk of the slice it
- * works in (block 0 of the per-slice buffers; 0 outside slices).
+ * One chunk-range uniform: the dispatch's chunks [n0, n1) (positions in slice order for a sliced
+ * stage) and the first position of the slice it works in (block 0 of the per-slice buffers; 0
+ * outside slices).
  */
 type RangeUniform = readonly [n0: number, n1: number, base: number];
 
@@ -137,12 +137,9 @@ interface Pass {
  * The passes of a direction in order, and the range uniforms their dispatches read. A stage that
  * is not sliced is one pass, dispatched once per scan range for a scan (the scans' ranges over
  * each sequence's own chunks, in the job's order). A run of sliced stages next to each other goes
- * slice by slice (every stage of the run on a slice, then the next; from the last slice when
- * `reverse`, so that a sliced scan's carry runs from the later chunks to the earlier): a stage
- * that is only sliced dispatches once over the slice's chunks, a sliced scan once per piece of
- * the slice of at most the longest scan range's length (so that no sequence takes more chunks in
- * one dispatch than a scan range allows), from the last piece when `reverse`. A sliced range is
- * over all the call's chunks (sequence by sequence), with the slice's first chunk as its base.
+ * slice by slice, every stage of the run on a slice (one dispatch, a sliced scan's too), then the
+ * next; from the last slice when `reverse`, so that a sliced scan's carry runs from the later
+ * chunks to the earlier.
  */
 function passesOf(
   stages: readonly StageDecl[],
@@ -151,15 +148,7 @@ function passesOf(
 ): { passes: Pass[]; uniforms: RangeUniform[] } {
   const uniforms: RangeUniform[] = ranges.scans.map(([n0, n1]) => [n0, n1, 0]);
   const scanUniforms = uniforms.map((_, i) => i);
-  const add = (range: RangeUniform) => uniforms.push(range) - 1;
   const passes: Pass[] = [];
-  const longest = Math.max(0, ...ranges.scans.map(([n0, n1]) => n1 - n0));
-  const pieces = ([n0, n1]: readonly [number, number]): [number, number][] => {
-    if (ranges.scans.length <= 1) return [[n0, n1]];
-    const out: [number, number][] = [];
-    for (let a = n0; a < n1; a += longest) out.push([a, Math.min(n1, a + longest)]);
-    return out;
-  };
   for (let i = 0; i < stages.length;) {
     if (stages[i].sliced !== true) {
       passes.push({ stage: stages[i], stageIndex: i, ranges: stages[i].scan ? scanUniforms : [0] });
@@ -173,20 +162,10 @@ function passesOf(
       ? [...ranges.slices]
       : [[0, 0]];
     if (reverse) slices.reverse();
-    for (const slice of slices) {
-      const whole = add([slice[0], slice[1], slice[0]]);
+    for (const [n0, n1] of slices) {
+      const slice = uniforms.push([n0, n1, n0]) - 1;
       for (let j = i; j < end; j++) {
-        if (stages[j].scan !== true) {
-          passes.push({ stage: stages[j], stageIndex: j, ranges: [whole] });
-          continue;
-        }
-        const parts = pieces(slice);
-        if (reverse) parts.reverse();
-        passes.push({
-          stage: stages[j],
-          stageIndex: j,
-          ranges: parts.map(([n0, n1]) => add([n0, n1, slice[0]])),
-        });
+        passes.push({ stage: stages[j], stageIndex: j, ranges: [slice] });
       }
     }
     i = end;

@@ -137,16 +137,15 @@ export interface StageDecl {
   /**
    * A sequential scan, dispatched once per chunk range of {@linkcode KernelSet.scanRanges} (in
    * reverse order in the backward); the range arrives in group 1. A scan that is also
-   * {@linkcode StageDecl.sliced} is dispatched per piece of each slice instead: its range is then
-   * over all the call's chunks, and each sequence takes its own chunks in it.
+   * {@linkcode StageDecl.sliced} is dispatched once per slice instead (a slice spans no more of a
+   * sequence's chunks than the longest scan range), and each sequence takes its own chunks in it.
    */
   readonly scan?: boolean;
   /**
-   * A stage dispatched once per slice of the chunks ({@linkcode Plan.sliceChunks} each, the
-   * slice's chunk range [n0, n1) over every sequence's chunks in group 1, with the slice's first
-   * chunk as `base`). The sliced stages next to each other run slice by slice, all of them on one
-   * slice before the next (from the last slice in the backward), so that a per-slice buffer holds
-   * one slice's blocks at a time.
+   * A stage dispatched once per slice of the chunks ({@linkcode Plan.slices}: the slice's run
+   * of positions [n0, n1) in slice order arrives in group 1, with n0 as `base`). The sliced stages
+   * next to each other run slice by slice, all of them on one slice before the next (from the
+   * last slice in the backward), so that a per-slice buffer holds one slice's blocks at a time.
    */
   readonly sliced?: boolean;
   /** Marked sections of the stage, for the profile by subtraction (bench/ablate.ts). */
@@ -184,8 +183,13 @@ export interface Plan extends KdaDims {
   readonly NC: number;
   /** (b, h, chunk) blocks. */
   readonly chunks: number;
-  /** Chunks of one slice of the sliced stages (NCT where the set does not slice). */
+  /** Chunk blocks a per-slice buffer holds: the longest slice's (NCT where the set does not slice). */
   readonly sliceChunks: number;
+  /**
+   * The slices of the sliced stages, as runs [p0, p1) of positions of the call's chunks in slice
+   * order (by index within their sequence, then by sequence: `sliceOrder` in layout.ts).
+   */
+  readonly slices: readonly (readonly [number, number])[];
   /** Symbol values for the region tables' sizes (B, T, H, K, V, C and the set's own). */
   readonly dims: DimValues;
   /** The set's own derived values (e.g. a scan tile), which also become `Params` fields. */
@@ -250,10 +254,10 @@ export interface KernelSet {
   /** The chunk ranges of successive scan dispatches (half-open, ascending, covering 0..NC). */
   scanRanges(plan: Plan): [number, number][];
   /**
-   * Chunks a slice of the sliced stages covers for a call (at least 1; NCT or more is one slice);
-   * absent where the set has no sliced stage.
+   * The most chunks a slice of the sliced stages may hold for a call (at least 1; NCT or more is
+   * one slice, unless a sliced scan's span cuts it); absent where the set has no sliced stage.
    */
-  sliceChunks?(plan: Omit<Plan, "sliceChunks">): number;
+  sliceChunks?(plan: Omit<Plan, "sliceChunks" | "slices">): number;
   /** Why the set cannot run this call's shape, or null (limits are checked apart, generically). */
   whyNot(dims: KdaDims, C: ChunkSize): string | null;
 }

@@ -198,13 +198,107 @@ export function makePlan(
     dims: { B, T, H, HQ, G: H / HQ, K, V, C, N, NC, NCT, ...extra },
     extra,
   };
-  const slice = set.sliceChunks?.(plan) ?? NCT;
-  return { ...plan, sliceChunks: Math.min(NCT, Math.max(1, Math.floor(slice))) };
+  const budget = Math.max(1, Math.floor(set.sliceChunks?.(plan) ?? NCT));
+  // a sliced scan takes a slice in one dispatch: a slice spans no more of a sequence's chunks than
+  // the set's longest scan range
+  const slicedScan = set.backward?.stages.some((s) => s.scan === true && s.sliced === true);
+  const span = slicedScan
+    ? Math.max(
+      1,
+      ...set.scanRanges({ ...plan, sliceChunks: NCT, slices: [] }).map(([a, b]) => b - a),
+    )
+    : Infinity;
+  const slices = slicesOf(sequenceChunks(plan), budget, span);
+  return {
+    ...plan,
+    sliceChunks: Math.max(0, ...slices.map(([p0, p1]) => p1 - p0)),
+    slices,
+  };
 }
 
 /**
- * The chunk ranges of a call's slices: half-open, ascending, {@linkcode Plan.sliceChunks} each
- * but the last, covering 0..NCT (none when the call has no chunks).
+ * The chunks of each sequence of a plan, ⌈len / C⌉, in order (the chunks of sequence s are the
+ * call's chunks from the sum of those before it).
+ *
+ * @param plan The plan (or its shape).
+ * @returns The counts.
+ * @example
+ * ```ts
+ * sequenceChunks({ B: 1, T: 0, C: 16, N: 2, NC: 2, cuSeqlens: Int32Array.from([0, 20, 21]) }); // [2, 1]
+ * ```
+ */
+export function sequenceChunks(
+  plan: Pick<Plan, "B" | "T" | "C" | "N" | "NC" | "cuSeqlens">,
+): number[] {
+  const { cuSeqlens: cu, C } = plan;
+  return Array.from(
+    { length: plan.N },
+    (_, s) => cu === undefined ? plan.NC : Math.ceil((cu[s + 1] - cu[s]) / C),
+  );
+}
+
+/**
+ * The call's chunks in slice order: by their index within their sequence, then by sequence, so
+ * that the chunks at indices [i0, i1) of every sequence are one run of positions. Chunks are
+ * numbered sequence by sequence (the chunk table's order).
+ *
+ * @param counts The chunks of each sequence ({@linkcode sequenceChunks}).
+ * @returns The chunk at each position, and the position of each chunk.
+ * @example
+ * ```ts
+ * Array.from(sliceOrder([2, 1]).order); // [0, 2, 1]
+ * ```
+ */
+export function sliceOrder(counts: readonly number[]): { order: Uint32Array; pos: Uint32Array } {
+  const total = counts.reduce((a, b) => a + b, 0);
+  const first: number[] = [];
+  for (let s = 0, at = 0; s < counts.length; at += counts[s], s++) first[s] = at;
+  const order = new Uint32Array(total);
+  const pos = new Uint32Array(total);
+  let p = 0;
+  for (let i = 0; i < Math.max(0, ...counts); i++) {
+    for (let s = 0; s < counts.length; s++) {
+      if (i < counts[s]) {
+        order[p] = first[s] + i;
+        pos[first[s] + i] = p;
+        p++;
+      }
+    }
+  }
+  return { order, pos };
+}
+
+/**
+ * The slices of a call as runs of positions in slice order: whole indices i0..i1 of every
+ * sequence, as many as hold at most `budget` chunks and span at most `span` indices, or, where
+ * one index has more than `budget` chunks, runs of `budget` of them.
+ */
+function slicesOf(counts: readonly number[], budget: number, span: number): [number, number][] {
+  const NC = Math.max(0, ...counts);
+  // at[i]: the position of the first chunk at index i (the chunks at indices below i)
+  const at = [0];
+  for (let i = 0; i < NC; i++) at.push(at[i] + counts.filter((n) => n > i).length);
+  const out: [number, number][] = [];
+  for (let i0 = 0; i0 < NC;) {
+    if (at[i0 + 1] - at[i0] > budget) {
+      for (let p = at[i0]; p < at[i0 + 1]; p += budget) {
+        out.push([p, Math.min(at[i0 + 1], p + budget)]);
+      }
+      i0++;
+      continue;
+    }
+    let i1 = i0 + 1;
+    while (i1 < NC && i1 - i0 < span && at[i1 + 1] - at[i0] <= budget) i1++;
+    out.push([at[i0], at[i1]]);
+    i0 = i1;
+  }
+  return out;
+}
+
+/**
+ * The chunk ranges of a call's slices: runs of positions in slice order ({@linkcode sliceOrder}),
+ * half-open, ascending, at most {@linkcode Plan.sliceChunks} each, covering 0..NCT (none when the
+ * call has no chunks).
  *
  * @param plan The call's plan.
  * @returns The ranges.
@@ -216,11 +310,7 @@ export function makePlan(
  * ```
  */
 export function sliceRanges(plan: Plan): [number, number][] {
-  const ranges: [number, number][] = [];
-  for (let n0 = 0; n0 < plan.NCT; n0 += plan.sliceChunks) {
-    ranges.push([n0, Math.min(plan.NCT, n0 + plan.sliceChunks)]);
-  }
-  return ranges;
+  return plan.slices.map(([p0, p1]) => [p0, p1]);
 }
 
 // ---- the uniform parameters ----

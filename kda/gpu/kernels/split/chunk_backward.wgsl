@@ -116,11 +116,11 @@ fn eKd() -> u32 {
 
 @compute @workgroup_size(256)
 fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let c = range.n0 + chunkIndex(wg);
-  if (c >= range.n1) {
+  let pos = range.n0 + chunkIndex(wg);
+  if (pos >= range.n1) {
     return;
   }
-  let at = slicedChunkOf(c, wg.z);
+  let at = slicedChunkOf(pos, wg.z);
   let cv = at.cv;
   let nRG = (cv + 3u) / 4u;
   let nDG = (p.K + 3u) / 4u;
@@ -287,11 +287,11 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
 
 @compute @workgroup_size(256)
 fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let c = range.n0 + chunkIndex(wg);
-  if (c >= range.n1) {
+  let pos = range.n0 + chunkIndex(wg);
+  if (pos >= range.n1) {
     return;
   }
-  let at = slicedChunkOf(c, wg.z);
+  let at = slicedChunkOf(pos, wg.z);
 
   // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel
   // ABLATE bF {

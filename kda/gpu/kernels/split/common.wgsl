@@ -112,12 +112,12 @@ fn chunkOf(c: u32, h: u32) -> ChunkAt {
   );
 }
 
-// As chunkOf, in a sliced stage (mod.ts): its slice is the chunks [range.n0, range.n1), and the
-// backward and gradient scratch hold the blocks of that slice alone, from its first chunk
-// range.base
-fn slicedChunkOf(c: u32, h: u32) -> ChunkAt {
-  var at = chunkOf(c, h);
-  let block = (c - range.base) * p.H + h;
+// As chunkOf, for the chunk at position pos of slice order in a sliced stage (mod.ts): its slice
+// is the positions [range.n0, range.n1), and the backward and gradient scratch hold the blocks of
+// that slice alone, from its first position range.base
+fn slicedChunkOf(pos: u32, h: u32) -> ChunkAt {
+  var at = chunkOf(chunks[tOrder() + pos], h);
+  let block = (pos - range.base) * p.H + h;
   at.bw = block * bwSize();
   at.gs = block * gsSize();
   return at;

@@ -100,11 +100,11 @@ fn strictLower(t: mat4x4f, r: u32, c: u32, cv: u32) -> mat4x4f {
 
 @compute @workgroup_size(256)
 fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let c = range.n0 + chunkIndex(wg);
-  if (c >= range.n1) {
+  let pos = range.n0 + chunkIndex(wg);
+  if (pos >= range.n1) {
     return;
   }
-  let at = slicedChunkOf(c, wg.z);
+  let at = slicedChunkOf(pos, wg.z);
   let cv = at.cv;
   let nRG = (cv + 3u) / 4u;
   let nDG = (p.K + 3u) / 4u;

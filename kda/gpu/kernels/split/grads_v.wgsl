@@ -119,11 +119,11 @@ fn gvColumn(slot: u32, at: ChunkAt, sBlock: u32, bBase: u32, j: u32, q: u32, cv:
 
 @compute @workgroup_size(256)
 fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let c = range.n0 + chunkIndex(wg);
-  if (c >= range.n1) {
+  let pos = range.n0 + chunkIndex(wg);
+  if (pos >= range.n1) {
     return;
   }
-  let at = slicedChunkOf(c, wg.z);
+  let at = slicedChunkOf(pos, wg.z);
   let cv = at.cv;
   let sBase = at.states + sS();
 

@@ -14,7 +14,15 @@
 
 import type { ChunkSize, KdaDims } from "../../../_types.ts";
 import type { AccessorDecl } from "../../accessors.ts";
-import { bytesOf, ofSize, type RegionTable, type Size, tableOffsets } from "../../layout.ts";
+import {
+  bytesOf,
+  ofSize,
+  type RegionTable,
+  sequenceChunks,
+  type Size,
+  sliceOrder,
+  tableOffsets,
+} from "../../layout.ts";
 import { gpuDebug } from "../../_debug.ts";
 import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
 import { CC, chunkRanges, CK, CV, LOOP_BUDGET, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
@@ -156,16 +164,28 @@ export const GS: RegionTable = {
   ],
 };
 
-/** The chunk table: a record per chunk (sequence, first token, rows, index) and per sequence. */
+/**
+ * The chunk table: a record per chunk (sequence, first token, rows, index) and per sequence (first
+ * chunk, chunks, first token, length), then the chunks in slice order (the chunk at each
+ * position) and each chunk's position (layout.ts's sliceOrder).
+ */
 const CHUNKS: RegionTable = {
   prefix: "t",
-  regions: [{ name: "Chunk", size: [[4, "NCT"]] }, { name: "Seq", size: [[4, "N"]] }],
+  regions: [
+    { name: "Chunk", size: [[4, "NCT"]] },
+    { name: "Seq", size: [[4, "N"]] },
+    { name: "Order", size: [[1, "NCT"]] },
+    { name: "Pos", size: [[1, "NCT"]] },
+  ],
 };
 
 /** The chunk table of a plan: what each chunk-parallel workgroup and each scan reads. */
 function chunkTable(plan: Plan): Uint32Array {
   const { C, N, NCT, T, cuSeqlens } = plan;
-  const out = new Uint32Array(4 * NCT + 4 * N);
+  const out = new Uint32Array(6 * NCT + 4 * N);
+  const { order, pos } = sliceOrder(sequenceChunks(plan));
+  out.set(order, 4 * NCT + 4 * N);
+  out.set(pos, 5 * NCT + 4 * N);
   let c = 0;
   for (let seq = 0; seq < N; seq++) {
     const start = cuSeqlens === undefined ? seq * T : cuSeqlens[seq];
@@ -555,12 +575,10 @@ export const SPLIT: KernelSet = {
     return ranges.length > 0 ? ranges : [[0, 0]];
   },
   sliceChunks(plan) {
-    // the slices' count is that of GS_BUDGET-byte pieces of the whole scratch (BW and GS), their
-    // size even
+    // as many chunks as GS_BUDGET bytes of the backward and gradient scratch (BW and GS) hold
     const perChunk = plan.H *
       bytesOf(tableOffsets(GS, plan.dims).total + tableOffsets(BW, plan.dims).total, "f32");
-    const slices = Math.ceil((plan.NCT * perChunk) / (gpuDebug.sliceBytes ?? GS_BUDGET));
-    return Math.ceil(plan.NCT / Math.max(1, slices));
+    return Math.floor((gpuDebug.sliceBytes ?? GS_BUDGET) / perChunk);
   },
   whyNot: () => null,
 };

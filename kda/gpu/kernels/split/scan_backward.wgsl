@@ -56,6 +56,22 @@ fn doutTileLoad(at: ScanAt, ch: ScanChunk, e: u32) -> vec4f {
   return doutCols(aDout() + ((ch.t0 + s) * p.H + at.h) * p.V, at.j0 + 4u * (e % at.ng));
 }
 
+// The index of the first chunk of a sequence whose position in slice order is at least `position`
+// (its count where none is): its chunks' positions ascend with their index
+fn firstAtOrAfter(seq: SeqAt, position: u32) -> u32 {
+  var lo = 0u;
+  var hi = seq.count;
+  while (lo < hi) {
+    let mid = (lo + hi) / 2u;
+    if (chunks[tPos() + seq.first + mid] < position) {
+      lo = mid + 1u;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 // Slab i of a backward chunk: the P slabs, the d-slabs of Kd, the r-slabs of Qg, then those of W
 // negated (so that its products subtract, exactly as fma(-w, x, s)).
 fn backwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
@@ -85,14 +101,13 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
   let at = scanAt(wg, lid);
   let sl = scanSlabs();
   let hasDht = (p.flags & HAS_DHT) != 0u;
-  // a sliced scan (mod.ts): the dispatch's range is over all the call's chunks, and the dispatches
-  // run the slices and their pieces from the last. A sequence takes its own chunks in the range
-  // (local n0..n1) and starts from dht in the dispatch that holds its last chunk, else from its
-  // carry in dh0; one with no chunk in the range has nothing to do, unless it has none at all
-  // (then each dispatch writes its dh0 = dht, the same bits each time).
-  let seqEnd = at.seq.first + at.seq.count;
-  let n0 = clamp(range.n0, at.seq.first, seqEnd) - at.seq.first;
-  let n1 = clamp(range.n1, at.seq.first, seqEnd) - at.seq.first;
+  // a sliced scan (mod.ts): the dispatch's range is a slice, positions in slice order, and the
+  // dispatches run the slices from the last. A sequence takes its own chunks in the slice (local
+  // n0..n1: its chunks' positions ascend with their index) and starts from dht in the slice that
+  // holds its last chunk, else from its carry in dh0; one with no chunk in the slice has nothing
+  // to do, unless it has none at all (then each slice writes its dh0 = dht, the same bits).
+  let n0 = firstAtOrAfter(at.seq, range.n0);
+  let n1 = firstAtOrAfter(at.seq, range.n1);
   if (at.seq.count > 0u && n1 == n0) {
     return;
   }
@@ -128,7 +143,7 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
     }
     let base = ch.wid * workSize();
     // the scratch holds the slice's blocks alone
-    let bBase = ((at.seq.first + n - range.base) * p.H + at.h) * bwSize();
+    let bBase = ((chunks[tPos() + at.seq.first + n] - range.base) * p.H + at.h) * bwSize();
     let gam = work4K4(base + wGam(), at.d.x);
     var dv = ScanRows(vec4f(0.0), vec4f(0.0));
     for (var i = 0u; i < m; i++) {
