@@ -117,6 +117,33 @@ fn gvColumn(slot: u32, at: ChunkAt, sBlock: u32, bBase: u32, j: u32, q: u32, cv:
   return select(vec4f(0.0), value, gvRowsOk(q, cv));
 }
 
+// Entry e of a right-operand slice from column j0 of a [V, K] region, four channels a vec4 at GV_B
+// + e (rows gvWidth(K / 4) vec4s wide): dS' (which 0, in the backward scratch) or S (which 1);
+// zero past V and past the slice
+fn gvRowK(which: u32, at: ChunkAt, j0: u32, e: u32) -> vec4f {
+  let W4 = gvWidth((p.K + 3u) / 4u);
+  let j = j0 + e / W4;
+  if (e >= MM_SLICE * W4 || j >= p.V) {
+    return vec4f(0.0);
+  }
+  let d = 4u * (e % W4);
+  if (which == 0u) {
+    return bw4K4(at.bw + bDS() + j * p.K, d);
+  }
+  return states4K4(at.states + sS() + j * p.K, d);
+}
+
+// s (.) dS' at the entry of S that gvRowK(1, at, j0, e) gave (dgamma_C's term; zero past V and
+// past the slice)
+fn gvDsTerm(at: ChunkAt, j0: u32, e: u32, s: vec4f) -> vec4f {
+  let W4 = gvWidth((p.K + 3u) / 4u);
+  let j = j0 + e / W4;
+  if (e >= MM_SLICE * W4 || j >= p.V) {
+    return vec4f(0.0);
+  }
+  return s * bw4K4(at.bw + bDS() + j * p.K, 4u * (e % W4));
+}
+
 @compute @workgroup_size(256)
 fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let pos = range.n0 + chunkIndex(wg);
@@ -156,6 +183,10 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   // are coalesced: neighbouring invocations read neighbouring columns of the C x V operands
   // (16 to a row quad) and neighbouring vec4s of the rows of dS' and S.
   // ABLATE bA {
+  let nV = (p.V + MM_SLICE - 1u) / MM_SLICE;
+  // an invocation's entry of a left-operand slot: GV_SLOT = WG, one each
+  let jjL = lid % MM_SLICE;
+  let qL = lid / MM_SLICE;
   for (var turn = 0u; turn * WG < nRG * nD8; turn++) {
     let blk = lid + turn * WG;
     let mine = blk < nRG * nD8;
@@ -163,39 +194,55 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let cq = blk % nD8;
     var kd = Tile8(mat4x4f(), mat4x4f());
     var pm = Tile8(mat4x4f(), mat4x4f());
-    for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
+    // a slice is one vec4 of each left-operand slot it fills and up to four of the right operand
+    // (MM_SLICE x 256 / 4) an invocation, loaded into registers a slice ahead
+    var vn = gvColumn(0u, at, at.states, at.bw, jjL, qL, cv);
+    var r0 = gvRowK(0u, at, 0u, lid);
+    var r1 = gvRowK(0u, at, 0u, lid + WG);
+    var r2 = gvRowK(0u, at, 0u, lid + 2u * WG);
+    var r3 = gvRowK(0u, at, 0u, lid + 3u * WG);
+    var o1 = vec4f(0.0);
+    var o2 = vec4f(0.0);
+    var o3 = vec4f(0.0);
+    if (turn == 0u) {
+      o1 = gvColumn(1u, at, at.states, at.bw, jjL, qL, cv);
+      o2 = gvColumn(2u, at, at.states, at.bw, jjL, qL, cv);
+      o3 = gvColumn(3u, at, at.states, at.bw, jjL, qL, cv);
+    }
+    let nb = MM_SLICE * W4;
+    for (var i = 0u; i < nV; i++) {
+      let j0 = i * MM_SLICE;
       let n = min(MM_SLICE, p.V - j0);
-      for (var e = lid; e < GV_SLOT; e += WG) {
-        let jj = e % MM_SLICE;
-        let q = e / MM_SLICE;
-        gradsV[gvLeft(0u, jj, q)] = gvColumn(0u, at, at.states, at.bw, j0 + jj, q, cv);
-      }
-      for (var e = lid; e < MM_SLICE * W4; e += WG) {
-        let j = j0 + (e >> kShift);
-        var value = vec4f(0.0);
-        if (j < p.V) {
-          value = bw4K4(at.bw + bDS() + j * p.K, 4u * (e & (W4 - 1u)));
-        }
-        gradsV[GV_B + e] = value;
-      }
-      // dP and M, in the first turn (their own barrier: the tiles' operands are staged here, so
-      // that the section comes off whole)
-      // ABLATE bPM {
+      gradsV[gvLeft(0u, jjL, qL)] = vn;
+      if (lid < nb) { gradsV[GV_B + lid] = r0; }
+      if (lid + WG < nb) { gradsV[GV_B + lid + WG] = r1; }
+      if (lid + 2u * WG < nb) { gradsV[GV_B + lid + 2u * WG] = r2; }
+      if (lid + 3u * WG < nb) { gradsV[GV_B + lid + 3u * WG] = r3; }
       if (turn == 0u) {
-        for (var e = lid; e < GV_SLOT; e += WG) {
-          let jj = e % MM_SLICE;
-          let q = e / MM_SLICE;
-          gradsV[gvLeft(1u, jj, q)] = gvColumn(1u, at, at.states, at.bw, j0 + jj, q, cv);
-          gradsV[gvLeft(2u, jj, q)] = gvColumn(2u, at, at.states, at.bw, j0 + jj, q, cv);
-          gradsV[gvLeft(3u, jj, q)] = gvColumn(3u, at, at.states, at.bw, j0 + jj, q, cv);
+        gradsV[gvLeft(1u, jjL, qL)] = o1;
+        gradsV[gvLeft(2u, jjL, qL)] = o2;
+        gradsV[gvLeft(3u, jjL, qL)] = o3;
+      }
+      workgroupBarrier();
+      if (i + 1u < nV) {
+        let j1 = j0 + MM_SLICE;
+        vn = gvColumn(0u, at, at.states, at.bw, j1 + jjL, qL, cv);
+        r0 = gvRowK(0u, at, j1, lid);
+        r1 = gvRowK(0u, at, j1, lid + WG);
+        r2 = gvRowK(0u, at, j1, lid + 2u * WG);
+        r3 = gvRowK(0u, at, j1, lid + 3u * WG);
+        if (turn == 0u) {
+          o1 = gvColumn(1u, at, at.states, at.bw, j1 + jjL, qL, cv);
+          o2 = gvColumn(2u, at, at.states, at.bw, j1 + jjL, qL, cv);
+          o3 = gvColumn(3u, at, at.states, at.bw, j1 + jjL, qL, cv);
         }
-        workgroupBarrier();
-        if (pmMine) {
-          pm = gvSliceTri(pm, select(1u, 2u, mTile), pmAt.x, select(0u, 3u, mTile), 2u * pmAt.y, n);
-        }
+      }
+      // dP and M, in the first turn
+      // ABLATE bPM {
+      if (turn == 0u && pmMine) {
+        pm = gvSliceTri(pm, select(1u, 2u, mTile), pmAt.x, select(0u, 3u, mTile), 2u * pmAt.y, n);
       }
       // ABLATE bPM }
-      workgroupBarrier();
       if (mine) {
         kd = gvSlice(kd, 0u, rq, W4, cq, 0u, n);
       }
@@ -219,26 +266,37 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     }
     var qg = Tile8(mat4x4f(), mat4x4f());
     var dw = Tile8(mat4x4f(), mat4x4f());
-    for (var j0 = 0u; j0 < p.V; j0 += MM_SLICE) {
-      for (var e = lid; e < GV_SLOT; e += WG) {
-        let jj = e % MM_SLICE;
-        let q = e / MM_SLICE;
-        gradsV[gvLeft(1u, jj, q)] = gvColumn(1u, at, at.states, at.bw, j0 + jj, q, cv);
-        gradsV[gvLeft(2u, jj, q)] = gvColumn(2u, at, at.states, at.bw, j0 + jj, q, cv);
-      }
-      for (var e = lid; e < MM_SLICE * W4; e += WG) {
-        let j = j0 + (e >> kShift);
-        let d = 4u * (e & (W4 - 1u));
-        var s = vec4f(0.0);
-        if (j < p.V) {
-          s = states4K4(sBase + j * p.K, d);
-          if (turn == 0u) {
-            gam += s * bw4K4(at.bw + bDS() + j * p.K, d);
-          }
-        }
-        gradsV[GV_B + e] = s;
+    o1 = gvColumn(1u, at, at.states, at.bw, jjL, qL, cv);
+    o2 = gvColumn(2u, at, at.states, at.bw, jjL, qL, cv);
+    r0 = gvRowK(1u, at, 0u, lid);
+    r1 = gvRowK(1u, at, 0u, lid + WG);
+    r2 = gvRowK(1u, at, 0u, lid + 2u * WG);
+    r3 = gvRowK(1u, at, 0u, lid + 3u * WG);
+    for (var i = 0u; i < nV; i++) {
+      let j0 = i * MM_SLICE;
+      gradsV[gvLeft(1u, jjL, qL)] = o1;
+      gradsV[gvLeft(2u, jjL, qL)] = o2;
+      if (lid < nb) { gradsV[GV_B + lid] = r0; }
+      if (lid + WG < nb) { gradsV[GV_B + lid + WG] = r1; }
+      if (lid + 2u * WG < nb) { gradsV[GV_B + lid + 2u * WG] = r2; }
+      if (lid + 3u * WG < nb) { gradsV[GV_B + lid + 3u * WG] = r3; }
+      if (turn == 0u) {
+        // dgamma_C's terms of the S entries this invocation stages (zeros past V and the slice)
+        gam += gvDsTerm(at, j0, lid, r0);
+        gam += gvDsTerm(at, j0, lid + WG, r1);
+        gam += gvDsTerm(at, j0, lid + 2u * WG, r2);
+        gam += gvDsTerm(at, j0, lid + 3u * WG, r3);
       }
       workgroupBarrier();
+      if (i + 1u < nV) {
+        let j1 = j0 + MM_SLICE;
+        o1 = gvColumn(1u, at, at.states, at.bw, j1 + jjL, qL, cv);
+        o2 = gvColumn(2u, at, at.states, at.bw, j1 + jjL, qL, cv);
+        r0 = gvRowK(1u, at, j1, lid);
+        r1 = gvRowK(1u, at, j1, lid + WG);
+        r2 = gvRowK(1u, at, j1, lid + 2u * WG);
+        r3 = gvRowK(1u, at, j1, lid + 3u * WG);
+      }
       if (mine) {
         let n = min(MM_SLICE, p.V - j0);
         qg = gvSlice(qg, 1u, rq, W4, cq, 0u, n);
