@@ -126,7 +126,11 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
   var after = vec4f(0.0);
   var dO0 = vec4f(0.0);
   var dO1 = vec4f(0.0);
+  // the chunk's position in slice order (its block of the scratch), loaded a chunk ahead: its
+  // first store is at the chunk's first slab
+  var pos = 0u;
   if (steps > 0u) {
+    pos = chunks[tPos() + at.seq.first + n1 - 1u];
     let ch = scanChunk(at, n1 - 1u);
     next = backwardSlabLoad(sl, ch, 0u, lid);
     after = backwardSlabLoad(sl, ch, 1u, lid);
@@ -138,12 +142,14 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
     let n = n1 - 1u - t;
     let ch = scanChunk(at, n);
     var later = ch;
+    var posLater = pos;
     if (t + 1u < steps) {
       later = scanChunk(at, n - 1u);
+      posLater = chunks[tPos() + at.seq.first + n - 1u];
     }
     let base = ch.wid * workSize();
     // the scratch holds the slice's blocks alone
-    let bBase = ((chunks[tPos() + at.seq.first + n] - range.base) * p.H + at.h) * bwSize();
+    let bBase = ((pos - range.base) * p.H + at.h) * bwSize();
     let gam = work4K4(base + wGam(), at.d.x);
     var dv = ScanRows(vec4f(0.0), vec4f(0.0));
     for (var i = 0u; i < m; i++) {
@@ -197,6 +203,7 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
       }
       g++;
     }
+    pos = posLater;
   }
   // dS after a sequence's first chunk is its dh0 (the carry of the next dispatch otherwise)
   let rows = (vec4u(at.bh * p.K) + at.d) * p.V + vec4u(aDh0());
