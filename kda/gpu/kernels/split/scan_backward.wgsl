@@ -104,13 +104,11 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
   // a sliced scan (mod.ts): the dispatch's range is a slice, positions in slice order, and the
   // dispatches run the slices from the last. A sequence takes its own chunks in the slice (local
   // n0..n1: its chunks' positions ascend with their index) and starts from dht in the slice that
-  // holds its last chunk, else from its carry in dh0; one with no chunk in the slice has nothing
-  // to do, unless it has none at all (then each slice writes its dh0 = dht, the same bits).
+  // reaches its end, else from its carry in dh0. One with no chunk in the slice writes back its
+  // carry unchanged, or dht where the slice lies past its end (before its own slices run; also
+  // when it has no chunk at all).
   let n0 = firstAtOrAfter(at.seq, range.n0);
   let n1 = firstAtOrAfter(at.seq, range.n1);
-  if (at.seq.count > 0u && n1 == n0) {
-    return;
-  }
   let fromLast = n1 == at.seq.count;
   var st = mat4x4f(
     backwardStartRow(at, at.d.x, fromLast, hasDht),
