@@ -105,11 +105,10 @@ function rangesOf(job: PassJob): { scans: [number, number][]; slices: [number, n
 }
 
 /**
- * One chunk-range uniform: the dispatch's chunks [n0, n1) (positions in slice order for a sliced
- * stage) and the first position of the slice it works in (block 0 of the per-slice buffers; 0
- * outside slices).
+ * One chunk-range uniform: the dispatch's chunks [n0, n1) (for a sliced stage, its slice's
+ * positions in slice order: n0 is block 0 of the per-slice buffers).
  */
-type RangeUniform = readonly [n0: number, n1: number, base: number];
+type RangeUniform = readonly [n0: number, n1: number];
 
 /** The chunk-range uniforms, one per dispatch, and their bind group. */
 function makeRanges(ctx: GpuContext, set: BufferSet, ranges: readonly RangeUniform[]) {
@@ -146,7 +145,7 @@ function passesOf(
   ranges: { scans: readonly [number, number][]; slices: readonly [number, number][] },
   reverse: boolean,
 ): { passes: Pass[]; uniforms: RangeUniform[] } {
-  const uniforms: RangeUniform[] = ranges.scans.map(([n0, n1]) => [n0, n1, 0]);
+  const uniforms: RangeUniform[] = ranges.scans.map(([n0, n1]) => [n0, n1]);
   const scanUniforms = uniforms.map((_, i) => i);
   const passes: Pass[] = [];
   for (let i = 0; i < stages.length;) {
@@ -157,20 +156,16 @@ function passesOf(
     }
     let end = i;
     while (end < stages.length && stages[end].sliced === true) end++;
-    // a call without chunks still runs a sliced scan once (over no chunks: the sequences' carry)
-    const slices: (readonly [number, number])[] = ranges.slices.length > 0
-      ? [...ranges.slices]
-      : [[0, 0]];
-    if (reverse) slices.reverse();
+    const slices = reverse ? [...ranges.slices].reverse() : ranges.slices;
     for (const [n0, n1] of slices) {
-      const slice = uniforms.push([n0, n1, n0]) - 1;
+      const slice = uniforms.push([n0, n1]) - 1;
       for (let j = i; j < end; j++) {
         passes.push({ stage: stages[j], stageIndex: j, ranges: [slice] });
       }
     }
     i = end;
   }
-  if (uniforms.length === 0) uniforms.push([0, 0, 0]);
+  if (uniforms.length === 0) uniforms.push([0, 0]);
   return { passes, uniforms };
 }
 

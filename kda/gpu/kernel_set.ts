@@ -143,7 +143,7 @@ export interface StageDecl {
   readonly scan?: boolean;
   /**
    * A stage dispatched once per slice of the chunks ({@linkcode Plan.slices}: the slice's run
-   * of positions [n0, n1) in slice order arrives in group 1, with n0 as `base`). The sliced stages
+   * of positions [n0, n1) in slice order arrives in group 1). The sliced stages
    * next to each other run slice by slice, all of them on one slice before the next (from the
    * last slice in the backward), so that a per-slice buffer holds one slice's blocks at a time.
    */

@@ -503,7 +503,7 @@ export function limitProblem(set: KernelSet, plan: Plan, limits: SetLimits): str
 
 // ---- the WGSL header ----
 
-/** Bytes of one chunk-range uniform (n0, n1, the slice's first chunk and padding). */
+/** Bytes of one chunk-range uniform (n0, n1 and padding). */
 export const RANGE_BYTES = 16;
 
 /**
@@ -552,8 +552,8 @@ export function wgslHeader(set: KernelSet): string {
     "struct ChunkRange {",
     "  n0: u32,",
     "  n1: u32,",
-    "  base: u32,",
     "  pad0: u32,",
+    "  pad1: u32,",
     "}",
     "@group(0) @binding(0) var<uniform> p: Params; // shapes, flags and scale",
     ...set.bindings.map((b, i) => {

@@ -114,10 +114,10 @@ fn chunkOf(c: u32, h: u32) -> ChunkAt {
 
 // As chunkOf, for the chunk at position pos of slice order in a sliced stage (mod.ts): its slice
 // is the positions [range.n0, range.n1), and the backward and gradient scratch hold the blocks of
-// that slice alone, from its first position range.base
+// that slice alone, from its first position
 fn slicedChunkOf(pos: u32, h: u32) -> ChunkAt {
   var at = chunkOf(chunks[tOrder() + pos], h);
-  let block = (pos - range.base) * p.H + h;
+  let block = (pos - range.n0) * p.H + h;
   at.bw = block * bwSize();
   at.gs = block * gsSize();
   return at;
