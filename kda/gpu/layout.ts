@@ -211,7 +211,7 @@ export function makePlan(
   const slices = slicesOf(sequenceChunks(plan), budget, span);
   return {
     ...plan,
-    sliceChunks: Math.max(0, ...slices.map(([p0, p1]) => p1 - p0)),
+    sliceChunks: slices.reduce((n, [p0, p1]) => Math.max(n, p1 - p0), 0),
     slices,
   };
 }
@@ -251,19 +251,18 @@ export function sequenceChunks(
  */
 export function sliceOrder(counts: readonly number[]): { order: Uint32Array; pos: Uint32Array } {
   const total = counts.reduce((a, b) => a + b, 0);
-  const first: number[] = [];
+  const first = new Array<number>(counts.length);
   for (let s = 0, at = 0; s < counts.length; at += counts[s], s++) first[s] = at;
   const order = new Uint32Array(total);
   const pos = new Uint32Array(total);
-  let p = 0;
-  for (let i = 0; i < Math.max(0, ...counts); i++) {
-    for (let s = 0; s < counts.length; s++) {
-      if (i < counts[s]) {
-        order[p] = first[s] + i;
-        pos[first[s] + i] = p;
-        p++;
-      }
+  // the sequences that still have a chunk at index i, in order: each index costs its own chunks
+  let alive = counts.map((_, s) => s).filter((s) => counts[s] > 0);
+  for (let i = 0, p = 0; alive.length > 0; i++) {
+    for (const s of alive) {
+      order[p] = first[s] + i;
+      pos[first[s] + i] = p++;
     }
+    alive = alive.filter((s) => counts[s] > i + 1);
   }
   return { order, pos };
 }
@@ -274,10 +273,14 @@ export function sliceOrder(counts: readonly number[]): { order: Uint32Array; pos
  * one index has more than `budget` chunks, runs of `budget` of them.
  */
 function slicesOf(counts: readonly number[], budget: number, span: number): [number, number][] {
-  const NC = Math.max(0, ...counts);
-  // at[i]: the position of the first chunk at index i (the chunks at indices below i)
+  const NC = counts.reduce((a, b) => Math.max(a, b), 0);
+  // at[i]: the position of the first chunk at index i (the chunks at indices below i), from the
+  // sequences with more than i chunks (a histogram of the counts, summed from the longest)
+  const longer = new Array<number>(NC + 1).fill(0);
+  for (const n of counts) longer[n]++;
+  for (let i = NC - 1; i >= 0; i--) longer[i] += longer[i + 1];
   const at = [0];
-  for (let i = 0; i < NC; i++) at.push(at[i] + counts.filter((n) => n > i).length);
+  for (let i = 0; i < NC; i++) at.push(at[i] + longer[i + 1]);
   const out: [number, number][] = [];
   for (let i0 = 0; i0 < NC;) {
     if (at[i0 + 1] - at[i0] > budget) {
