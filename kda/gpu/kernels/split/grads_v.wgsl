@@ -133,6 +133,33 @@ fn gvRowK(which: u32, at: ChunkAt, j0: u32, e: u32) -> vec4f {
   return states4K4(at.states + sS() + j * p.K, d);
 }
 
+// An invocation's four entries of a right-operand slice (gvRowK's entries lid + k WG: MM_SLICE x
+// 256 / 4 vec4s at most), loaded into registers a slice ahead
+struct GvRight {
+  r0: vec4f,
+  r1: vec4f,
+  r2: vec4f,
+  r3: vec4f,
+}
+
+fn gvRightSlice(which: u32, at: ChunkAt, j0: u32, lid: u32) -> GvRight {
+  return GvRight(
+    gvRowK(which, at, j0, lid),
+    gvRowK(which, at, j0, lid + WG),
+    gvRowK(which, at, j0, lid + 2u * WG),
+    gvRowK(which, at, j0, lid + 3u * WG),
+  );
+}
+
+// Stores them at GV_B (those inside the slice)
+fn gvStageRight(lid: u32, right: GvRight) {
+  let nb = MM_SLICE * gvWidth((p.K + 3u) / 4u);
+  if (lid < nb) { gradsV[GV_B + lid] = right.r0; }
+  if (lid + WG < nb) { gradsV[GV_B + lid + WG] = right.r1; }
+  if (lid + 2u * WG < nb) { gradsV[GV_B + lid + 2u * WG] = right.r2; }
+  if (lid + 3u * WG < nb) { gradsV[GV_B + lid + 3u * WG] = right.r3; }
+}
+
 // s (.) dS' at the entry of S that gvRowK(1, at, j0, e) gave (dgamma_C's term; zero past V and
 // past the slice)
 fn gvDsTerm(at: ChunkAt, j0: u32, e: u32, s: vec4f) -> vec4f {
@@ -197,10 +224,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     // a slice is one vec4 of each left-operand slot it fills and up to four of the right operand
     // (MM_SLICE x 256 / 4) an invocation, loaded into registers a slice ahead
     var vn = gvColumn(0u, at, at.states, at.bw, jjL, qL, cv);
-    var r0 = gvRowK(0u, at, 0u, lid);
-    var r1 = gvRowK(0u, at, 0u, lid + WG);
-    var r2 = gvRowK(0u, at, 0u, lid + 2u * WG);
-    var r3 = gvRowK(0u, at, 0u, lid + 3u * WG);
+    var right = gvRightSlice(0u, at, 0u, lid);
     var o1 = vec4f(0.0);
     var o2 = vec4f(0.0);
     var o3 = vec4f(0.0);
@@ -209,15 +233,11 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       o2 = gvColumn(2u, at, at.states, at.bw, jjL, qL, cv);
       o3 = gvColumn(3u, at, at.states, at.bw, jjL, qL, cv);
     }
-    let nb = MM_SLICE * W4;
     for (var i = 0u; i < nV; i++) {
       let j0 = i * MM_SLICE;
       let n = min(MM_SLICE, p.V - j0);
       gradsV[gvLeft(0u, jjL, qL)] = vn;
-      if (lid < nb) { gradsV[GV_B + lid] = r0; }
-      if (lid + WG < nb) { gradsV[GV_B + lid + WG] = r1; }
-      if (lid + 2u * WG < nb) { gradsV[GV_B + lid + 2u * WG] = r2; }
-      if (lid + 3u * WG < nb) { gradsV[GV_B + lid + 3u * WG] = r3; }
+      gvStageRight(lid, right);
       if (turn == 0u) {
         gradsV[gvLeft(1u, jjL, qL)] = o1;
         gradsV[gvLeft(2u, jjL, qL)] = o2;
@@ -227,10 +247,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       if (i + 1u < nV) {
         let j1 = j0 + MM_SLICE;
         vn = gvColumn(0u, at, at.states, at.bw, j1 + jjL, qL, cv);
-        r0 = gvRowK(0u, at, j1, lid);
-        r1 = gvRowK(0u, at, j1, lid + WG);
-        r2 = gvRowK(0u, at, j1, lid + 2u * WG);
-        r3 = gvRowK(0u, at, j1, lid + 3u * WG);
+        right = gvRightSlice(0u, at, j1, lid);
         if (turn == 0u) {
           o1 = gvColumn(1u, at, at.states, at.bw, j1 + jjL, qL, cv);
           o2 = gvColumn(2u, at, at.states, at.bw, j1 + jjL, qL, cv);
@@ -268,34 +285,25 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     var dw = Tile8(mat4x4f(), mat4x4f());
     o1 = gvColumn(1u, at, at.states, at.bw, jjL, qL, cv);
     o2 = gvColumn(2u, at, at.states, at.bw, jjL, qL, cv);
-    r0 = gvRowK(1u, at, 0u, lid);
-    r1 = gvRowK(1u, at, 0u, lid + WG);
-    r2 = gvRowK(1u, at, 0u, lid + 2u * WG);
-    r3 = gvRowK(1u, at, 0u, lid + 3u * WG);
+    right = gvRightSlice(1u, at, 0u, lid);
     for (var i = 0u; i < nV; i++) {
       let j0 = i * MM_SLICE;
       gradsV[gvLeft(1u, jjL, qL)] = o1;
       gradsV[gvLeft(2u, jjL, qL)] = o2;
-      if (lid < nb) { gradsV[GV_B + lid] = r0; }
-      if (lid + WG < nb) { gradsV[GV_B + lid + WG] = r1; }
-      if (lid + 2u * WG < nb) { gradsV[GV_B + lid + 2u * WG] = r2; }
-      if (lid + 3u * WG < nb) { gradsV[GV_B + lid + 3u * WG] = r3; }
+      gvStageRight(lid, right);
       if (turn == 0u) {
         // dgamma_C's terms of the S entries this invocation stages (zeros past V and the slice)
-        gam += gvDsTerm(at, j0, lid, r0);
-        gam += gvDsTerm(at, j0, lid + WG, r1);
-        gam += gvDsTerm(at, j0, lid + 2u * WG, r2);
-        gam += gvDsTerm(at, j0, lid + 3u * WG, r3);
+        gam += gvDsTerm(at, j0, lid, right.r0);
+        gam += gvDsTerm(at, j0, lid + WG, right.r1);
+        gam += gvDsTerm(at, j0, lid + 2u * WG, right.r2);
+        gam += gvDsTerm(at, j0, lid + 3u * WG, right.r3);
       }
       workgroupBarrier();
       if (i + 1u < nV) {
         let j1 = j0 + MM_SLICE;
         o1 = gvColumn(1u, at, at.states, at.bw, j1 + jjL, qL, cv);
         o2 = gvColumn(2u, at, at.states, at.bw, j1 + jjL, qL, cv);
-        r0 = gvRowK(1u, at, j1, lid);
-        r1 = gvRowK(1u, at, j1, lid + WG);
-        r2 = gvRowK(1u, at, j1, lid + 2u * WG);
-        r3 = gvRowK(1u, at, j1, lid + 3u * WG);
+        right = gvRightSlice(1u, at, j1, lid);
       }
       if (mine) {
         let n = min(MM_SLICE, p.V - j0);
