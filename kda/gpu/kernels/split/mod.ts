@@ -9,7 +9,7 @@
 // head for grouped value heads (the gradients of each group summed by a stage of its own). A stage
 // that only reads one of the set's per-chunk buffers reads it through a vec4 view (docs/kda.md
 // 3.2), and the backward runs slice by slice over the chunks from the last (its scan on the slice,
-// then its chunk-parallel stages), so that its backward and gradient scratch stay under GS_BUDGET
+// then its chunk-parallel stages), so that its backward and gradient scratch stay under SLICE_BUDGET
 // (docs/kda.md 3.3).
 
 import type { ChunkSize, KdaDims } from "../../../_types.ts";
@@ -77,7 +77,7 @@ const E_BLOCK = 16;
  * Bytes of backward and gradient scratch (BW and GS) the backward holds at once: it runs slice by
  * slice over the chunks when the whole scratch would be larger (2.8 GB at (8, 4096, 16, 128)).
  */
-const GS_BUDGET = 512 * 2 ** 20;
+const SLICE_BUDGET = 512 * 2 ** 20;
 /** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
 const GRID_X = 32768;
 
@@ -137,7 +137,8 @@ export const STATES: RegionTable = {
 };
 
 /**
- * The backward's per-chunk scan results: dVn and dS' ([V, K]). Once chunkGradsV has spent them,
+ * The backward's per-chunk scan results: dVn and dS' ([V, K]), for one slice of the chunks at a
+ * time (the backward runs slice by slice, its scan too). Once chunkGradsV has spent them,
  * Stage E leaves two [C, K] blocks of per-row pieces here for Stage F (chunk_backward.wgsl), so
  * that it only reads the gradient scratch (and binds it as a vec4 view); DS ends in BW_SPARE more
  * floats, the room those blocks need beyond dVn and dS' (none when K <= V and C <= V).
@@ -575,10 +576,10 @@ export const SPLIT: KernelSet = {
     return ranges.length > 0 ? ranges : [[0, 0]];
   },
   sliceChunks(plan) {
-    // as many chunks as GS_BUDGET bytes of the backward and gradient scratch (BW and GS) hold
+    // as many chunks as SLICE_BUDGET bytes of the backward and gradient scratch (BW and GS) hold
     const perChunk = plan.H *
       bytesOf(tableOffsets(GS, plan.dims).total + tableOffsets(BW, plan.dims).total, "f32");
-    return Math.floor((gpuDebug.sliceBytes ?? GS_BUDGET) / perChunk);
+    return Math.floor((gpuDebug.sliceBytes ?? SLICE_BUDGET) / perChunk);
   },
   whyNot: () => null,
 };

@@ -1,7 +1,8 @@
 // The split set's backward scan (docs/kda.md 2.3): the dS' chain of stateScanBackward with
 // chunkOutputBackward and newValuesBackward, sequential over each sequence's chunks from the last,
 // one workgroup per (V tile, head, sequence), with the forward scan's invocation layout and slab
-// stream (forward.wgsl). It leaves dS' and dVn per chunk for the chunk-parallel stages and dh0.
+// stream (forward.wgsl), slice by slice with the chunk-parallel stages (mod.ts). It leaves dS' and
+// dVn per chunk of the slice for those stages, and dh0 (the carry to the next slice, then dh0).
 
 // One row of dS' at the start of a backward scan dispatch: dht at a sequence's last chunk (or
 // zero without it), else the carry of the previous dispatch in dh0.
