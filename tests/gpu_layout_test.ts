@@ -205,7 +205,11 @@ Deno.test("every set's slices cover every chunk exactly once, and a per-slice bu
   };
   for (const set of SETS) {
     const slicedScan = set.backward?.stages.some((s) => s.scan === true && s.sliced === true);
-    for (const shape of [...SHAPES, { ...packed, T: 201 }]) {
+    // many short sequences beside a long one: the first index is more than a slice holds at the
+    // widest heads, and is cut into runs of sequences
+    const many = Int32Array.from({ length: 202 }, (_, i) => i === 201 ? 200 * 64 + 4096 : i * 64);
+    const wide = { B: 1, T: many[201], H: 16, K: 128, V: 128, cuSeqlens: many };
+    for (const shape of [...SHAPES, { ...packed, T: 201 }, wide]) {
       for (const C of CHUNKS) {
         const plan = makePlan(set, shape, C);
         const what = `${set.name} ${JSON.stringify({ ...shape, cuSeqlens: undefined })} C=${C}`;
