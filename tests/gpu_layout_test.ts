@@ -240,7 +240,7 @@ Deno.test("every set's slices cover every chunk exactly once, and a per-slice bu
     }
   }
   // the split set's backward and gradient scratch at the benchmarked shape: six slices of 12
-  // chunks of each sequence (the last 8), under 512 MiB together
+  // chunks of each sequence (the last 4), under 512 MiB together
   const split = kernelSet("split");
   const big = makePlan(split, { B: 8, T: 4096, H: 16, K: 128, V: 128 }, 64);
   const perSlice = split.buffers.filter((b) => b.perSlice === true);
