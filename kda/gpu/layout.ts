@@ -224,11 +224,11 @@ export function makePlan(
  * @returns The counts.
  * @example
  * ```ts
- * sequenceChunks({ B: 1, T: 0, C: 16, N: 2, NC: 2, cuSeqlens: Int32Array.from([0, 20, 21]) }); // [2, 1]
+ * sequenceChunks({ C: 16, N: 2, NC: 2, cuSeqlens: Int32Array.from([0, 20, 21]) }); // [2, 1]
  * ```
  */
 export function sequenceChunks(
-  plan: Pick<Plan, "B" | "T" | "C" | "N" | "NC" | "cuSeqlens">,
+  plan: Pick<Plan, "C" | "N" | "NC" | "cuSeqlens">,
 ): number[] {
   const { cuSeqlens: cu, C } = plan;
   return Array.from(

@@ -160,17 +160,6 @@ fn gvStageRight(lid: u32, right: GvRight) {
   if (lid + 3u * WG < nb) { gradsV[GV_B + lid + 3u * WG] = right.r3; }
 }
 
-// s (.) dS' at the entry of S that gvRowK(1, at, j0, e) gave (dgamma_C's term; zero past V and
-// past the slice)
-fn gvDsTerm(at: ChunkAt, j0: u32, e: u32, s: vec4f) -> vec4f {
-  let W4 = gvWidth((p.K + 3u) / 4u);
-  let j = j0 + e / W4;
-  if (e >= MM_SLICE * W4 || j >= p.V) {
-    return vec4f(0.0);
-  }
-  return s * bw4K4(at.bw + bDS() + j * p.K, 4u * (e % W4));
-}
-
 @compute @workgroup_size(256)
 fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let pos = range.n0 + chunkIndex(wg);
@@ -292,11 +281,13 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       gradsV[gvLeft(2u, jjL, qL)] = o2;
       gvStageRight(lid, right);
       if (turn == 0u) {
-        // dgamma_C's terms of the S entries this invocation stages (zeros past V and the slice)
-        gam += gvDsTerm(at, j0, lid, right.r0);
-        gam += gvDsTerm(at, j0, lid + WG, right.r1);
-        gam += gvDsTerm(at, j0, lid + 2u * WG, right.r2);
-        gam += gvDsTerm(at, j0, lid + 3u * WG, right.r3);
+        // dgamma_C's terms S (.) dS' of the entries this invocation stages (zeros past V and the
+        // slice: gvRowK gives zeros there)
+        let ds = gvRightSlice(0u, at, j0, lid);
+        gam += right.r0 * ds.r0;
+        gam += right.r1 * ds.r1;
+        gam += right.r2 * ds.r2;
+        gam += right.r3 * ds.r3;
       }
       workgroupBarrier();
       if (i + 1u < nV) {

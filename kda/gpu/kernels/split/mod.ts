@@ -184,14 +184,15 @@ const CHUNKS: RegionTable = {
 function chunkTable(plan: Plan): Uint32Array {
   const { C, N, NCT, T, cuSeqlens } = plan;
   const out = new Uint32Array(6 * NCT + 4 * N);
-  const { order, pos } = sliceOrder(sequenceChunks(plan));
+  const counts = sequenceChunks(plan);
+  const { order, pos } = sliceOrder(counts);
   out.set(order, 4 * NCT + 4 * N);
   out.set(pos, 5 * NCT + 4 * N);
   let c = 0;
   for (let seq = 0; seq < N; seq++) {
     const start = cuSeqlens === undefined ? seq * T : cuSeqlens[seq];
     const len = cuSeqlens === undefined ? T : cuSeqlens[seq + 1] - cuSeqlens[seq];
-    const n = Math.ceil(len / C);
+    const n = counts[seq];
     out.set([c, n, start, len], 4 * NCT + 4 * seq);
     for (let i = 0; i < n; i++, c++) {
       out.set([seq, start + i * C, Math.min(C, len - i * C), i], 4 * c);
