@@ -1,7 +1,8 @@
 // Packed variable-length batches on the gpu arm, per kernel set: what a packed batch costs against
 // its longest sequence alone (cost should follow the chunks of its sequences, Σ⌈len/C⌉, not
 // N × longest), and flash-linear-attention's own varlen case (H = 4, K = V = 256, cu_seqlens
-// [0, 100, 300, 1200, 3000, 4096]). Each case: host wall of kda and of kdaVjp on GpuTensors (one
+// [0, 100, 300, 1200, 3000, 4096]), and a batch of many sequences that the split set cuts into
+// many slices. Each case: host wall of kda and of kdaVjp on GpuTensors (one
 // read each, as a chained step pays), median of the runs; a set that cannot run a case says why.
 // Prints one JSON line per case and set, and writes them all to KDA_BENCH_OUT when set.
 //
@@ -27,6 +28,10 @@ const CASES: Case[] = [
   { name: "512 alone", H: 4, K: 64, lengths: [512] },
   { name: "512 + 63 x 1", H: 4, K: 64, lengths: [512, ...Array(63).fill(1)] },
   { name: "fla varlen (H=4, K=V=256)", H: 4, K: 256, lengths: [100, 200, 900, 1800, 1096] },
+  // Many sequences in many slices: at H = 16, K = V = 128 a slice of the split set's scratch holds
+  // fewer chunks than one chunk index of the 256 sequences, so each index is cut into runs of
+  // sequences and a slice's scan holds only some of them.
+  { name: "256 x 128 (H=16, K=V=128)", H: 16, K: 128, lengths: Array(256).fill(128) },
 ];
 
 function inputs(c: Case): KdaProblem<Float32Array> & { cuSeqlens: Int32Array } {
