@@ -4,7 +4,8 @@
 // the times mean anything. Needs timestamp queries.
 //
 // Run: deno run --allow-env --allow-read --allow-write bench/ablate.ts [B T H K C] [--runs=N]
-//   [--kernels=fused] (the set; default fused) [--sections=bA,bE] (only these sections; default all)
+//   [--kernels=fused] (the set; default fused) [--sections=bA,bE] (only these sections; default all;
+//   `--sections=` times the stages whole, with no section removed)
 //   (each stage runs N times back to back in one submit; the median per stage is kept)
 //   (default 4 4096 16 128 64); KDA_BENCH_OUT names a JSON file to write.
 
@@ -106,7 +107,8 @@ async function main(): Promise<void> {
     "--kernels",
   );
   const SECTIONS = sectionsOf(set);
-  const only = Deno.args.find((a) => a.startsWith("--sections="))?.slice(11).split(",");
+  const only = Deno.args.find((a) => a.startsWith("--sections="))?.slice(11).split(",")
+    .filter((name) => name !== "");
   for (const name of only ?? []) {
     if (!SECTIONS.includes(name)) {
       throw new RangeError(`--sections must name sections of ${SECTIONS.join(", ")}: got ${name}`);
