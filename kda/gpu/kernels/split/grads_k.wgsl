@@ -25,6 +25,60 @@ fn gsColumn(region: u32, d: u32, rq: u32, cv: u32) -> vec4f {
   return select(vec4f(0.0), gsAt4(region + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
 }
 
+// An invocation's four entries of a staged slice of dW (dKb) or of dW and Kg (Stage B), loaded
+// into registers a slice ahead: the global loads of the next slice are issued before the compute
+// on the current one, and stored into tileA and tileK after its barrier
+struct SliceAhead {
+  v0: vec4f,
+  v1: vec4f,
+  v2: vec4f,
+  v3: vec4f,
+}
+
+// dKb's slice of 64 channels from d0: entries lid + k WG of its 1024 (WG = 256), channel lid % 64
+// at row quads lid / 64 + 4 k; the first 32 channels go to tileA, the rest to tileK
+fn kbSlice(at: ChunkAt, d0: u32, lid: u32, cv: u32) -> SliceAhead {
+  let j = d0 + lid % 64u;
+  let q = lid / 64u;
+  let w = at.gs + gW();
+  return SliceAhead(gsColumn(w, j, q, cv), gsColumn(w, j, q + 4u, cv), gsColumn(w, j, q + 8u, cv), gsColumn(w, j, q + 12u, cv));
+}
+
+fn kbStage(lid: u32, s: SliceAhead) {
+  let jj = lid % 64u;
+  let q = lid / 64u;
+  if (jj < 32u) {
+    tileA[colSlot(jj, q)] = s.v0;
+    tileA[colSlot(jj, q + 4u)] = s.v1;
+    tileA[colSlot(jj, q + 8u)] = s.v2;
+    tileA[colSlot(jj, q + 12u)] = s.v3;
+  } else {
+    tileK[colSlot(jj - 32u, q)] = s.v0;
+    tileK[colSlot(jj - 32u, q + 4u)] = s.v1;
+    tileK[colSlot(jj - 32u, q + 8u)] = s.v2;
+    tileK[colSlot(jj - 32u, q + 12u)] = s.v3;
+  }
+}
+
+// Stage B's slice of 32 channels from d0: entries lid + k WG of the 512 of dW (v0, v1, to tileA)
+// and of Kg (v2, v3, to tileK), channel lid % 32 at row quads lid / 32 + 8 k
+fn bdSlice(at: ChunkAt, d0: u32, lid: u32, cv: u32) -> SliceAhead {
+  let j = d0 + lid % 32u;
+  let q = lid / 32u;
+  let w = at.gs + gW();
+  let g = at.gs + gG();
+  return SliceAhead(gsColumn(w, j, q, cv), gsColumn(w, j, q + 8u, cv), gsColumn(g, j, q, cv), gsColumn(g, j, q + 8u, cv));
+}
+
+fn bdStage(lid: u32, s: SliceAhead) {
+  let jj = lid % 32u;
+  let q = lid / 32u;
+  tileA[colSlot(jj, q)] = s.v0;
+  tileA[colSlot(jj, q + 8u)] = s.v1;
+  tileK[colSlot(jj, q)] = s.v2;
+  tileK[colSlot(jj, q + 8u)] = s.v3;
+}
+
 // Where channel j's rows 4 rq.. of a staged slice live: 16 vec4s a channel, the row quad XORed
 // with the channel, so that the staging invocations (neighbouring channels) store to different
 // banks while the tiles (neighbouring row quads of one channel) still read from different banks
@@ -115,7 +169,11 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   let nB = nRG * (nRG + 1u) / 2u;
 
   // T into tileB once, for dKb, the V half of dbeta, X and dL: row r's vec4 q at 16 r + q, zero
-  // above the diagonal and past cv (so that every sum over a triangle may run over whole blocks)
+  // above the diagonal and past cv (so that every sum over a triangle may run over whole blocks).
+  // dKb's first slice of dW is loaded before it and staged beside it, behind the same barrier.
+  // ABLATE bKb {
+  var ahead = kbSlice(at, 0u, lid, cv);
+  // ABLATE bKb }
   for (var e = lid; e < 16u * p.C; e += WG) {
     let r = e / 16u;
     let s4 = 4u * (e % 16u) + lanes;
@@ -125,26 +183,34 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     }
     tileB[e] = t;
   }
+  // ABLATE bKb {
+  kbStage(lid, ahead);
+  // ABLATE bKb }
   workgroupBarrier();
+
+  // ABLATE bdT {
+  // whether dKb's last turn has staged Stage B's first slice (it has, unless bKb is ablated)
+  var bdStaged = false;
+  // ABLATE bdT }
 
   // dKb = T^T dW (T_rs = 0 for r < s, so the sum over r starts at the tile's first row s), over
   // slices of 64 channels of dW staged transposed (channel j's rows 4 rq.. at colSlot: the first
   // 32 channels in tileA, the rest in tileK). 4 rows s x 4 channels a tile, every invocation on
-  // one at C = 64; neighbouring invocations take neighbouring s (different banks of both operands)
+  // one at C = 64; neighbouring invocations take neighbouring s (different banks of both operands).
+  // The next slice (after the last, Stage B's first) is loaded while this one is computed on.
   // ABLATE bKb {
   let kbS = lid % nRG;
   let kbQ = lid / nRG;
   for (var d0 = 0u; d0 < p.K; d0 += 64u) {
-    for (var e = lid; e < 1024u; e += WG) {
-      let jj = e % 64u;
-      let v = gsColumn(at.gs + gW(), d0 + jj, e / 64u, cv);
-      if (jj < 32u) {
-        tileA[colSlot(jj, e / 64u)] = v;
-      } else {
-        tileK[colSlot(jj - 32u, e / 64u)] = v;
-      }
+    let more = d0 + 64u < p.K;
+    if (more) {
+      ahead = kbSlice(at, d0 + 64u, lid, cv);
     }
-    workgroupBarrier();
+    // ABLATE bdT {
+    if (!more) {
+      ahead = bdSlice(at, 0u, lid, cv);
+    }
+    // ABLATE bdT }
     if (kbQ < 16u && d0 + 4u * kbQ < p.K) {
       var kb = mat4x4f();
       // the tile's four channels in their half, then row quad by row quad (dW's rows transposed
@@ -174,23 +240,38 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       gsStoreRows(at.gs + gKb(), 4u * kbS, d0 + 4u * kbQ, kb, cv, p.K);
     }
     workgroupBarrier();
+    if (more) {
+      kbStage(lid, ahead);
+      workgroupBarrier();
+    }
+    // ABLATE bdT {
+    if (!more) {
+      bdStage(lid, ahead);
+      bdStaged = true;
+      workgroupBarrier();
+    }
+    // ABLATE bdT }
   }
   // ABLATE bKb }
 
   // Stage B, wyBackward: dT = dW Kb^T + dU Vb^T (strictly lower part only: dL needs no more),
   // with dW Kb^T = (dW Kg^T) diag(beta), Kg from the dG region, and dU Vb^T = M diag(beta); over
-  // slices of 32 channels of dW (tileA) and Kg (tileK) staged transposed as for dKb. 4 rows r x 4
-  // columns s a tile, the lower blocks only; the result into the square for Stage C
+  // slices of 32 channels of dW (tileA) and Kg (tileK) staged transposed as for dKb, the next one
+  // loaded while this one is computed on. 4 rows r x 4 columns s a tile, the lower blocks only;
+  // the result into the square for Stage C
   // ABLATE bdT {
   var dt = mat4x4f();
   let bBlk = lowerBlock(lid);
-  for (var d0 = 0u; d0 < p.K; d0 += 32u) {
-    for (var e = lid; e < 512u; e += WG) {
-      let jj = e % 32u;
-      tileA[colSlot(jj, e / 32u)] = gsColumn(at.gs + gW(), d0 + jj, e / 32u, cv);
-      tileK[colSlot(jj, e / 32u)] = gsColumn(at.gs + gG(), d0 + jj, e / 32u, cv);
-    }
+  if (!bdStaged) {
+    bdStage(lid, bdSlice(at, 0u, lid, cv));
     workgroupBarrier();
+  }
+  var bdNext: SliceAhead;
+  for (var d0 = 0u; d0 < p.K; d0 += 32u) {
+    let more = d0 + 32u < p.K;
+    if (more) {
+      bdNext = bdSlice(at, d0 + 32u, lid, cv);
+    }
     if (lid < nB) {
       let n = min(32u, p.K - d0);
       for (var dd = 0u; dd < n; dd++) {
@@ -198,6 +279,10 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       }
     }
     workgroupBarrier();
+    if (more) {
+      bdStage(lid, bdNext);
+      workgroupBarrier();
+    }
   }
   if (lid < nB) {
     let rows = rows4(4u * bBlk.x, last);
