@@ -295,14 +295,29 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
       let dn = min(LP_BLOCK, p.K - d0);
       if (!diagonal) {
         // block sg is full (it lies before block rg), so its last row is lane w of its quad: G at
-        // block rg's first row and block sg's last
+        // block rg's first row and block sg's last. Each channel's operands are loaded a channel
+        // ahead, before the products of the one before (the last of these loads reaches at most
+        // the stride's pad vec4, read and never used).
+        var gr = prep[oGa + quadR].xy;
+        var gs = prep[oGa + quadS].zw;
+        var a4 = prep[oA + quadR];
+        var qa4 = prep[oQa + quadR];
+        var b4 = prep[oB + quadS];
         for (var dd = 0u; dd < dn; dd++) {
-          let gr = prep[oGa + quadR + dd].xy;
-          let gs = prep[oGa + quadS + dd].zw;
+          let nx = dd + 1u;
+          let grNext = prep[oGa + quadR + nx].xy;
+          let gsNext = prep[oGa + quadS + nx].zw;
+          let a4Next = prep[oA + quadR + nx];
+          let qa4Next = prep[oQa + quadR + nx];
+          let b4Next = prep[oB + quadS + nx];
           let mid = decay((gr.x - gs.x) + (gr.y - gs.y));
-          let b4 = prep[oB + quadS + dd];
-          lt = tileFma(lt, prep[oA + quadR + dd] * mid, b4);
-          pt = tileFma(pt, prep[oQa + quadR + dd] * mid, b4);
+          lt = tileFma(lt, a4 * mid, b4);
+          pt = tileFma(pt, qa4 * mid, b4);
+          gr = grNext;
+          gs = gsNext;
+          a4 = a4Next;
+          qa4 = qa4Next;
+          b4 = b4Next;
         }
       } else {
         for (var dd = cg; dd < dn; dd += 4u) {
