@@ -244,11 +244,13 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let inTriangle = select(lid < nOff, rg < nRG, diagonal);
   // the staged operands of a slice of LP_BLOCK channels, each a vec4 over a row quad at
   // rq LP_STRIDE + channel (the stride padded by one vec4, so that quads read together by one
-  // warp fall on different banks): K, Q, G hi, G lo and the anchored A, Qa, Bk
+  // warp fall on different banks): K, Q, G at the quad's anchor rows (first and last: hi, lo of
+  // the first, hi, lo of the last, all the pairs of different blocks read of G), G at its two
+  // inner rows (likewise, the rest of G for a block's own pairs), and the anchored A, Qa, Bk
   let oK = 0u;
   let oQ = LP_OPERAND;
-  let oGh = 2u * LP_OPERAND;
-  let oGl = 3u * LP_OPERAND;
+  let oGa = 2u * LP_OPERAND;
+  let oGi = 3u * LP_OPERAND;
   let oA = 4u * LP_OPERAND;
   let oQa = 5u * LP_OPERAND;
   let oB = 6u * LP_OPERAND;
@@ -282,8 +284,8 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
       let slot = rq * LP_STRIDE + dd;
       prep[oK + slot] = k4;
       prep[oQ + slot] = q4;
-      prep[oGh + slot] = gh;
-      prep[oGl + slot] = gl;
+      prep[oGa + slot] = vec4f(gh.x, gl.x, gh.w, gl.w);
+      prep[oGi + slot] = vec4f(gh.y, gl.y, gh.z, gl.z);
       prep[oA + slot] = k4 * fa;
       prep[oQa + slot] = q4 * fa;
       prep[oB + slot] = k4 * fe;
@@ -292,20 +294,37 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     if (inTriangle) {
       let dn = min(LP_BLOCK, p.K - d0);
       if (!diagonal) {
-        // block sg is full (it lies before block rg), so its last row is lane w of its quad
+        // block sg is full (it lies before block rg), so its last row is lane w of its quad: G at
+        // block rg's first row and block sg's last. Each channel's operands are loaded a channel
+        // ahead, before the products of the one before (the last of these loads reaches at most
+        // the stride's pad vec4, read and never used).
+        var gr = prep[oGa + quadR].xy;
+        var gs = prep[oGa + quadS].zw;
+        var a4 = prep[oA + quadR];
+        var qa4 = prep[oQa + quadR];
+        var b4 = prep[oB + quadS];
         for (var dd = 0u; dd < dn; dd++) {
-          let mid = decay(
-            (prep[oGh + quadR + dd].x - prep[oGh + quadS + dd].w) +
-              (prep[oGl + quadR + dd].x - prep[oGl + quadS + dd].w),
-          );
-          let b4 = prep[oB + quadS + dd];
-          lt = tileFma(lt, prep[oA + quadR + dd] * mid, b4);
-          pt = tileFma(pt, prep[oQa + quadR + dd] * mid, b4);
+          let nx = dd + 1u;
+          let grNext = prep[oGa + quadR + nx].xy;
+          let gsNext = prep[oGa + quadS + nx].zw;
+          let a4Next = prep[oA + quadR + nx];
+          let qa4Next = prep[oQa + quadR + nx];
+          let b4Next = prep[oB + quadS + nx];
+          let mid = decay((gr.x - gs.x) + (gr.y - gs.y));
+          lt = tileFma(lt, a4 * mid, b4);
+          pt = tileFma(pt, qa4 * mid, b4);
+          gr = grNext;
+          gs = gsNext;
+          a4 = a4Next;
+          qa4 = qa4Next;
+          b4 = b4Next;
         }
       } else {
         for (var dd = cg; dd < dn; dd += 4u) {
-          let gh = prep[oGh + quadR + dd];
-          let gl = prep[oGl + quadR + dd];
+          let ga = prep[oGa + quadR + dd];
+          let gi = prep[oGi + quadR + dd];
+          let gh = vec4f(ga.x, gi.x, gi.z, ga.z);
+          let gl = vec4f(ga.y, gi.y, gi.w, ga.w);
           let k4 = prep[oK + quadR + dd];
           let q4 = prep[oQ + quadR + dd];
           // the six pairs i > j of the block: e10 e20 e21 e30 in e1, e31 e32 in e2
