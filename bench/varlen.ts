@@ -2,8 +2,9 @@
 // its longest sequence alone (cost should follow the chunks of its sequences, Σ⌈len/C⌉, not
 // N × longest), and flash-linear-attention's own varlen case (H = 4, K = V = 256, cu_seqlens
 // [0, 100, 300, 1200, 3000, 4096]), and a batch of many sequences that the split set cuts into
-// many slices. Each case: host wall of kda and of kdaVjp on GpuTensors (one
-// read each, as a chained step pays), median of the runs; a set that cannot run a case says why.
+// many slices. Each case: host wall of kda and of kdaVjp on GpuTensors (one read each, as a
+// chained step pays: ht for kda, dbeta for kdaVjp), median of the runs; a set that cannot run a
+// case says why.
 // Prints one JSON line per case and set, and writes them all to KDA_BENCH_OUT when set.
 //
 // Run: deno run --allow-env --allow-read --allow-write bench/varlen.ts [--kernels=a,b] [--runs=N]
@@ -82,6 +83,8 @@ async function main(): Promise<void> {
         T: x.T,
         N: c.lengths.length,
         chunks: c.lengths.reduce((a, n) => a + Math.ceil(n / 64), 0),
+        // the forward's one read is ht, N states of K x V: with many sequences it sets the time
+        forwardReadBytes: c.lengths.length * c.H * c.K * c.K * 4,
       };
       try {
         row.forwardMs = await timed(runs, async () => {
