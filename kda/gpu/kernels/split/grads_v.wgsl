@@ -275,6 +275,12 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     o1 = gvColumn(1u, at, at.states, at.bw, jjL, qL, cv);
     o2 = gvColumn(2u, at, at.states, at.bw, jjL, qL, cv);
     right = gvRightSlice(1u, at, 0u, lid);
+    // in the first turn, dS' at the entries of S this invocation stages (for dgamma_C), loaded a
+    // slice ahead with them
+    var ds: GvRight;
+    if (turn == 0u) {
+      ds = gvRightSlice(0u, at, 0u, lid);
+    }
     for (var i = 0u; i < nV; i++) {
       let j0 = i * MM_SLICE;
       gradsV[gvLeft(1u, jjL, qL)] = o1;
@@ -283,7 +289,6 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       if (turn == 0u) {
         // dgamma_C's terms S (.) dS' of the entries this invocation stages (zeros past V and the
         // slice: gvRowK gives zeros there)
-        let ds = gvRightSlice(0u, at, j0, lid);
         gam += right.r0 * ds.r0;
         gam += right.r1 * ds.r1;
         gam += right.r2 * ds.r2;
@@ -295,6 +300,9 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         o1 = gvColumn(1u, at, at.states, at.bw, j1 + jjL, qL, cv);
         o2 = gvColumn(2u, at, at.states, at.bw, j1 + jjL, qL, cv);
         right = gvRightSlice(1u, at, j1, lid);
+        if (turn == 0u) {
+          ds = gvRightSlice(0u, at, j1, lid);
+        }
       }
       if (mine) {
         let n = min(MM_SLICE, p.V - j0);
