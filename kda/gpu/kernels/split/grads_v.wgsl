@@ -77,6 +77,19 @@ fn lowerTile(t: u32) -> vec2u {
   return vec2u(2u * m + o / (m + 1u), o % (m + 1u));
 }
 
+// dV's left operand: this invocation's vec4 of a slice of T's rows r0.. (GV_SLOT = WG, one each),
+// row r0 + lid / 16 at columns 4 (lid % 16).. (T^T's four rows at that step); zero past cv
+fn gvTriQuad(at: ChunkAt, r0: u32, lid: u32) -> vec4f {
+  let cv = at.cv;
+  let r = r0 + lid / 16u;
+  let cols = 4u * (lid % 16u) + vec4u(0u, 1u, 2u, 3u);
+  var t = vec4f(0.0);
+  if (r < cv && cols.x < cv) {
+    t = select(vec4f(0.0), tri4At4(at.tri + rT() + r * p.C, min(cols, vec4u(cv - 1u))), cols < vec4u(cv));
+  }
+  return t;
+}
+
 // The vec4 a left-operand slot holds for rows 4 q.. at column j of a chunk's C x V operands Vn,
 // dO, dVn and V: zero past cv and past V (rows past cv load nothing; a partial quad is clamped).
 fn gvRowsLive(j: u32, q: u32, cv: u32) -> bool {
@@ -119,8 +132,17 @@ fn gvColumn(slot: u32, at: ChunkAt, sBlock: u32, bBase: u32, j: u32, q: u32, cv:
 
 // Entry e of a right-operand slice from column j0 of a [V, K] region, four channels a vec4 at GV_B
 // + e (rows gvWidth(K / 4) vec4s wide): dS' (which 0, in the backward scratch) or S (which 1);
-// zero past V and past the slice
-fn gvRowK(which: u32, at: ChunkAt, j0: u32, e: u32) -> vec4f {
+// zero past V and past the slice. Which 2 is dV's: rows j0.. of dVn (rows gvWidth(V / 4) vec4s
+// wide), zero past cv and past the slice.
+fn gvRightEntry(which: u32, at: ChunkAt, j0: u32, e: u32) -> vec4f {
+  if (which == 2u) {
+    let WV = gvWidth((p.V + 3u) / 4u);
+    let r = j0 + (e >> countTrailingZeros(WV));
+    if (e >= MM_SLICE * WV || r >= at.cv) {
+      return vec4f(0.0);
+    }
+    return bw4Cols(at.bw + bDVn() + r * p.V, 4u * (e & (WV - 1u)));
+  }
   let W4 = gvWidth((p.K + 3u) / 4u);
   let j = j0 + e / W4;
   if (e >= MM_SLICE * W4 || j >= p.V) {
@@ -133,8 +155,8 @@ fn gvRowK(which: u32, at: ChunkAt, j0: u32, e: u32) -> vec4f {
   return states4K4(at.states + sS() + j * p.K, d);
 }
 
-// An invocation's four entries of a right-operand slice (gvRowK's entries lid + k WG: MM_SLICE x
-// 256 / 4 vec4s at most), loaded into registers a slice ahead
+// An invocation's four entries of a right-operand slice (gvRightEntry's entries lid + k WG:
+// MM_SLICE x 256 / 4 vec4s at most), loaded into registers a slice ahead
 struct GvRight {
   r0: vec4f,
   r1: vec4f,
@@ -144,16 +166,16 @@ struct GvRight {
 
 fn gvRightSlice(which: u32, at: ChunkAt, j0: u32, lid: u32) -> GvRight {
   return GvRight(
-    gvRowK(which, at, j0, lid),
-    gvRowK(which, at, j0, lid + WG),
-    gvRowK(which, at, j0, lid + 2u * WG),
-    gvRowK(which, at, j0, lid + 3u * WG),
+    gvRightEntry(which, at, j0, lid),
+    gvRightEntry(which, at, j0, lid + WG),
+    gvRightEntry(which, at, j0, lid + 2u * WG),
+    gvRightEntry(which, at, j0, lid + 3u * WG),
   );
 }
 
-// Stores them at GV_B (those inside the slice)
-fn gvStageRight(lid: u32, right: GvRight) {
-  let nb = MM_SLICE * gvWidth((p.K + 3u) / 4u);
+// Stores them at GV_B (those inside the slice, of rows width4 vec4s)
+fn gvStageRight(lid: u32, right: GvRight, width4: u32) {
+  let nb = MM_SLICE * width4;
   if (lid < nb) { gradsV[GV_B + lid] = right.r0; }
   if (lid + WG < nb) { gradsV[GV_B + lid + WG] = right.r1; }
   if (lid + 2u * WG < nb) { gradsV[GV_B + lid + 2u * WG] = right.r2; }
@@ -226,7 +248,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       let j0 = i * MM_SLICE;
       let n = min(MM_SLICE, p.V - j0);
       gradsV[gvLeft(0u, jjL, qL)] = vn;
-      gvStageRight(lid, right);
+      gvStageRight(lid, right, W4);
       if (turn == 0u) {
         gradsV[gvLeft(1u, jjL, qL)] = o1;
         gradsV[gvLeft(2u, jjL, qL)] = o2;
@@ -275,15 +297,20 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     o1 = gvColumn(1u, at, at.states, at.bw, jjL, qL, cv);
     o2 = gvColumn(2u, at, at.states, at.bw, jjL, qL, cv);
     right = gvRightSlice(1u, at, 0u, lid);
+    // in the first turn, dS' at the entries of S this invocation stages (for dgamma_C), loaded a
+    // slice ahead with them
+    var ds: GvRight;
+    if (turn == 0u) {
+      ds = gvRightSlice(0u, at, 0u, lid);
+    }
     for (var i = 0u; i < nV; i++) {
       let j0 = i * MM_SLICE;
       gradsV[gvLeft(1u, jjL, qL)] = o1;
       gradsV[gvLeft(2u, jjL, qL)] = o2;
-      gvStageRight(lid, right);
+      gvStageRight(lid, right, W4);
       if (turn == 0u) {
         // dgamma_C's terms S (.) dS' of the entries this invocation stages (zeros past V and the
-        // slice: gvRowK gives zeros there)
-        let ds = gvRightSlice(0u, at, j0, lid);
+        // slice: gvRightEntry gives zeros there)
         gam += right.r0 * ds.r0;
         gam += right.r1 * ds.r1;
         gam += right.r2 * ds.r2;
@@ -295,6 +322,9 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         o1 = gvColumn(1u, at, at.states, at.bw, j1 + jjL, qL, cv);
         o2 = gvColumn(2u, at, at.states, at.bw, j1 + jjL, qL, cv);
         right = gvRightSlice(1u, at, j1, lid);
+        if (turn == 0u) {
+          ds = gvRightSlice(0u, at, j1, lid);
+        }
       }
       if (mine) {
         let n = min(MM_SLICE, p.V - j0);
@@ -350,7 +380,6 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   // ABLATE bdV {
   let VQ = (p.V + 3u) / 4u;
   let WV = gvWidth(VQ);
-  let vShift = countTrailingZeros(WV);
   let nJ8 = WV / 2u;
   for (var turn = 0u; turn * WG < nRG * nJ8; turn++) {
     let blk = lid + turn * WG;
@@ -359,27 +388,18 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let jq = blk % nJ8;
     let s = 4u * sq;
     var dv = Tile8(mat4x4f(), mat4x4f());
+    // a slice is one vec4 of T and up to four of dVn (MM_SLICE x 256 / 4) an invocation, loaded
+    // into registers a slice ahead
+    var tq = gvTriQuad(at, 0u, lid);
+    var right = gvRightSlice(2u, at, 0u, lid);
     for (var r0 = 0u; r0 < cv; r0 += MM_SLICE) {
-      for (var e = lid; e < GV_SLOT; e += WG) {
-        let rr = e / 16u;
-        let q = e % 16u;
-        let r = r0 + rr;
-        let cols = 4u * q + lanes;
-        var t = vec4f(0.0);
-        if (r < cv && cols.x < cv) {
-          t = select(vec4f(0.0), tri4At4(at.tri + rT() + r * p.C, min(cols, vec4u(last))), cols < vec4u(cv));
-        }
-        gradsV[gvLeft(0u, rr, q)] = t;
-      }
-      for (var e = lid; e < MM_SLICE * WV; e += WG) {
-        let r = r0 + (e >> vShift);
-        var value = vec4f(0.0);
-        if (r < cv) {
-          value = bw4Cols(at.bw + bDVn() + r * p.V, 4u * (e & (WV - 1u)));
-        }
-        gradsV[GV_B + e] = value;
-      }
+      gradsV[gvLeft(0u, lid / 16u, lid % 16u)] = tq;
+      gvStageRight(lid, right, WV);
       workgroupBarrier();
+      if (r0 + MM_SLICE < cv) {
+        tq = gvTriQuad(at, r0 + MM_SLICE, lid);
+        right = gvRightSlice(2u, at, r0 + MM_SLICE, lid);
+      }
       let n = min(MM_SLICE, cv - r0);
       if (mine && s < r0 + n) {
         dv = gvSlice(dv, 0u, sq, WV, jq, max(r0, s) - r0, n);
