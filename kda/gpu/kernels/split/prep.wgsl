@@ -24,6 +24,72 @@ const CS_K: u32 = 4096u;
 // vec4 index of the parts' totals (gateSumPack), part j of channel dd at CS_TOTALS + j CS_BLOCK + dd
 const CS_TOTALS: u32 = 1536u;
 
+// Entry e of a slice of gateCumsum's staged operands from channel d0: g, q and k at row
+// e / CS_BLOCK, channel d0 + e % CS_BLOCK; zero past the channels, and not loaded past the valid
+// rows (where nothing is staged)
+fn csValue(at: ChunkAt, d0: u32, e: u32) -> vec3f {
+  let r = e / CS_BLOCK;
+  let dc = d0 + e % CS_BLOCK;
+  var gv = 0.0;
+  var qv = 0.0;
+  var kv = 0.0;
+  if (e < at.cv * CS_BLOCK && dc < p.K) {
+    gv = g[aG() + vrow(at, r) * p.K + dc];
+    // ABLATE factors {
+    let row = qrow(at, r) * p.K + dc;
+    qv = q[aQ() + row];
+    kv = k[aK() + row];
+    // ABLATE factors }
+  }
+  return vec3f(gv, qv, kv);
+}
+
+// An invocation's entries lid + i WG of a slice (i < C CS_BLOCK / WG <= 8), held in registers a
+// slice ahead of the sums
+struct CsAhead {
+  v0: vec3f,
+  v1: vec3f,
+  v2: vec3f,
+  v3: vec3f,
+  v4: vec3f,
+  v5: vec3f,
+  v6: vec3f,
+  v7: vec3f,
+}
+
+fn csSlice(at: ChunkAt, d0: u32, lid: u32) -> CsAhead {
+  return CsAhead(
+    csValue(at, d0, lid),
+    csValue(at, d0, lid + WG),
+    csValue(at, d0, lid + 2u * WG),
+    csValue(at, d0, lid + 3u * WG),
+    csValue(at, d0, lid + 4u * WG),
+    csValue(at, d0, lid + 5u * WG),
+    csValue(at, d0, lid + 6u * WG),
+    csValue(at, d0, lid + 7u * WG),
+  );
+}
+
+// Stages entry e of a slice (g, q, k) in prep: row r of the slice at r CS_BLOCK, valid rows only
+fn csStageOne(e: u32, v: vec3f, cv: u32) {
+  if (e < cv * CS_BLOCK) {
+    prepSet(e, v.x);
+    prepSet(CS_Q + e, v.y);
+    prepSet(CS_K + e, v.z);
+  }
+}
+
+fn csStage(lid: u32, s: CsAhead, cv: u32) {
+  csStageOne(lid, s.v0, cv);
+  csStageOne(lid + WG, s.v1, cv);
+  csStageOne(lid + 2u * WG, s.v2, cv);
+  csStageOne(lid + 3u * WG, s.v3, cv);
+  csStageOne(lid + 4u * WG, s.v4, cv);
+  csStageOne(lid + 5u * WG, s.v5, cv);
+  csStageOne(lid + 6u * WG, s.v6, cv);
+  csStageOne(lid + 7u * WG, s.v7, cv);
+}
+
 // The substitution matrix in prep (floats): T_ij at i SUB + j below the diagonal, L_ij (and then
 // the blocks Z of the blocked inverse) at j SUB + i above it. The stride is padded by one float so
 // that a warp reading down a column of either triangle touches 32 different banks.
@@ -148,27 +214,15 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let csd = lid % CS_BLOCK;
   let part = lid / CS_BLOCK;
   // ABLATE cumsum {
+  // each slice's g, q and k are loaded a slice ahead (the first here), into registers before the
+  // sums of the one before, and staged behind its last barrier
+  var csNext = csSlice(at, 0u, lid);
   for (var d0 = 0u; d0 < p.K; d0 += CS_BLOCK) {
     let d = d0 + csd;
-    for (var e = lid; e < cv * CS_BLOCK; e += WG) {
-      let r = e / CS_BLOCK;
-      let dc = d0 + e % CS_BLOCK;
-      var gv = 0.0;
-      var qv = 0.0;
-      var kv = 0.0;
-      if (dc < p.K) {
-        gv = g[aG() + vrow(at, r) * p.K + dc];
-        // ABLATE factors {
-        let row = qrow(at, r) * p.K + dc;
-        qv = q[aQ() + row];
-        kv = k[aK() + row];
-        // ABLATE factors }
-      }
-      prepSet(e, gv);
-      prepSet(CS_Q + e, qv);
-      prepSet(CS_K + e, kv);
-    }
+    csStage(lid, csNext, cv);
     workgroupBarrier();
+    // past the last slice every channel is past K: nothing is loaded
+    csNext = csSlice(at, d0 + CS_BLOCK, lid);
     let r0 = min(part * rp, cv);
     let r1 = min(r0 + rp, cv);
     var acc = GateSum(0i, 0u);
