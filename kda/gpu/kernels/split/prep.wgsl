@@ -24,6 +24,72 @@ const CS_K: u32 = 4096u;
 // vec4 index of the parts' totals (gateSumPack), part j of channel dd at CS_TOTALS + j CS_BLOCK + dd
 const CS_TOTALS: u32 = 1536u;
 
+// Entry e of a slice of gateCumsum's staged operands from channel d0: g, q and k at row
+// e / CS_BLOCK, channel d0 + e % CS_BLOCK; zero past the channels, and not loaded past the valid
+// rows (where nothing is staged)
+fn csValue(at: ChunkAt, d0: u32, e: u32) -> vec3f {
+  let r = e / CS_BLOCK;
+  let dc = d0 + e % CS_BLOCK;
+  var gv = 0.0;
+  var qv = 0.0;
+  var kv = 0.0;
+  if (e < at.cv * CS_BLOCK && dc < p.K) {
+    gv = g[aG() + vrow(at, r) * p.K + dc];
+    // ABLATE factors {
+    let row = qrow(at, r) * p.K + dc;
+    qv = q[aQ() + row];
+    kv = k[aK() + row];
+    // ABLATE factors }
+  }
+  return vec3f(gv, qv, kv);
+}
+
+// An invocation's entries lid + i WG of a slice (i < C CS_BLOCK / WG <= 8), held in registers a
+// slice ahead of the sums
+struct CsAhead {
+  v0: vec3f,
+  v1: vec3f,
+  v2: vec3f,
+  v3: vec3f,
+  v4: vec3f,
+  v5: vec3f,
+  v6: vec3f,
+  v7: vec3f,
+}
+
+fn csSlice(at: ChunkAt, d0: u32, lid: u32) -> CsAhead {
+  return CsAhead(
+    csValue(at, d0, lid),
+    csValue(at, d0, lid + WG),
+    csValue(at, d0, lid + 2u * WG),
+    csValue(at, d0, lid + 3u * WG),
+    csValue(at, d0, lid + 4u * WG),
+    csValue(at, d0, lid + 5u * WG),
+    csValue(at, d0, lid + 6u * WG),
+    csValue(at, d0, lid + 7u * WG),
+  );
+}
+
+// Stages entry e of a slice (g, q, k) in prep: row r of the slice at r CS_BLOCK, valid rows only
+fn csStageOne(e: u32, v: vec3f, cv: u32) {
+  if (e < cv * CS_BLOCK) {
+    prepSet(e, v.x);
+    prepSet(CS_Q + e, v.y);
+    prepSet(CS_K + e, v.z);
+  }
+}
+
+fn csStage(lid: u32, s: CsAhead, cv: u32) {
+  csStageOne(lid, s.v0, cv);
+  csStageOne(lid + WG, s.v1, cv);
+  csStageOne(lid + 2u * WG, s.v2, cv);
+  csStageOne(lid + 3u * WG, s.v3, cv);
+  csStageOne(lid + 4u * WG, s.v4, cv);
+  csStageOne(lid + 5u * WG, s.v5, cv);
+  csStageOne(lid + 6u * WG, s.v6, cv);
+  csStageOne(lid + 7u * WG, s.v7, cv);
+}
+
 // The substitution matrix in prep (floats): T_ij at i SUB + j below the diagonal, L_ij (and then
 // the blocks Z of the blocked inverse) at j SUB + i above it. The stride is padded by one float so
 // that a warp reading down a column of either triangle touches 32 different banks.
@@ -128,6 +194,46 @@ fn wuValue(at: ChunkAt, base: u32, which: u32, s0: u32, sd: u32, q0: u32, nq: u3
   return vCols(aV() + vrow(at, s) * p.V, j);
 }
 
+// One turn of W's or U's product (8-column groups j80.. of w8): its first vec4 column q0, its
+// width in vec4s nq, and the rows sd of its slices
+fn wuShape(which: u32, j80: u32, w8: u32) -> vec3u {
+  let width = select(p.K, p.V, which == 1u);
+  let nqAll = (width + 3u) / 4u;
+  let q0 = 2u * j80;
+  let nq = min(2u * w8, nqAll - q0);
+  let sd = min(p.C, PREP_HALF / nq);
+  return vec3u(q0, nq, sd);
+}
+
+// An invocation's four entries lid + i WG of a staged slice of W's or U's right operand (the
+// turn's shape from wuShape), held in registers a slice ahead of the product
+struct WuAhead {
+  v0: vec4f,
+  v1: vec4f,
+  v2: vec4f,
+  v3: vec4f,
+}
+
+fn wuSlice(at: ChunkAt, which: u32, s0: u32, shape: vec3u, lid: u32) -> WuAhead {
+  let q0 = shape.x;
+  let nq = shape.y;
+  let sd = shape.z;
+  return WuAhead(
+    wuValue(at, at.work, which, s0, sd, q0, nq, lid),
+    wuValue(at, at.work, which, s0, sd, q0, nq, lid + WG),
+    wuValue(at, at.work, which, s0, sd, q0, nq, lid + 2u * WG),
+    wuValue(at, at.work, which, s0, sd, q0, nq, lid + 3u * WG),
+  );
+}
+
+// Stages a slice in the second half of prep: its n4 vec4s
+fn wuStage(lid: u32, s: WuAhead, n4: u32) {
+  if (lid < n4) { prep[PREP_HALF + lid] = s.v0; }
+  if (lid + WG < n4) { prep[PREP_HALF + lid + WG] = s.v1; }
+  if (lid + 2u * WG < n4) { prep[PREP_HALF + lid + 2u * WG] = s.v2; }
+  if (lid + 3u * WG < n4) { prep[PREP_HALF + lid + 3u * WG] = s.v3; }
+}
+
 @compute @workgroup_size(256)
 fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let c = chunkIndex(wg);
@@ -148,27 +254,15 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let csd = lid % CS_BLOCK;
   let part = lid / CS_BLOCK;
   // ABLATE cumsum {
+  // each slice's g, q and k are loaded a slice ahead (the first here), into registers before the
+  // sums of the one before, and staged behind its last barrier
+  var csNext = csSlice(at, 0u, lid);
   for (var d0 = 0u; d0 < p.K; d0 += CS_BLOCK) {
     let d = d0 + csd;
-    for (var e = lid; e < cv * CS_BLOCK; e += WG) {
-      let r = e / CS_BLOCK;
-      let dc = d0 + e % CS_BLOCK;
-      var gv = 0.0;
-      var qv = 0.0;
-      var kv = 0.0;
-      if (dc < p.K) {
-        gv = g[aG() + vrow(at, r) * p.K + dc];
-        // ABLATE factors {
-        let row = qrow(at, r) * p.K + dc;
-        qv = q[aQ() + row];
-        kv = k[aK() + row];
-        // ABLATE factors }
-      }
-      prepSet(e, gv);
-      prepSet(CS_Q + e, qv);
-      prepSet(CS_K + e, kv);
-    }
+    csStage(lid, csNext, cv);
     workgroupBarrier();
+    // past the last slice every channel is past K: nothing is loaded
+    csNext = csSlice(at, d0 + CS_BLOCK, lid);
     let r0 = min(part * rp, cv);
     let r1 = min(r0 + rp, cv);
     var acc = GateSum(0i, 0u);
@@ -477,29 +571,42 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let w8 = WG / c4;
   let rq = lid % c4;
   // ABLATE wu {
+  // Each slice is loaded a slice ahead (sd nq <= PREP_HALF = 4 WG: four vec4s an invocation), the
+  // first here: into registers before the product of the one before, staged behind its barrier.
+  // The slice after a turn's last is the next turn's first. That is safe although W's turn
+  // writes W over the K (.) Gamma it reads: its stores (after its product) reach only its own
+  // columns (below 8 (j80 + w8)), the next W turn reads only its own (from 8 (j80 + w8)), and U's
+  // turns read V.
+  var wuNext = wuSlice(at, 0u, 0u, wuShape(0u, 0u, w8), lid);
   for (var which = 0u; which < 2u; which++) {
     let width = select(p.K, p.V, which == 1u);
-    let nqAll = (width + 3u) / 4u;
     let nJ8 = (width + 7u) / 8u;
     for (var j80 = 0u; j80 < nJ8; j80 += w8) {
-      let q0 = 2u * j80;
-      let nq = min(2u * w8, nqAll - q0);
-      let sd = min(p.C, PREP_HALF / nq);
+      let shape = wuShape(which, j80, w8);
+      let q0 = shape.x;
+      let nq = shape.y;
+      let sd = shape.z;
       let jq = 2u * (lid / c4);
       let mine = rq < nRG && j80 + lid / c4 < nJ8;
       var acc = Tile8(mat4x4f(), mat4x4f());
       for (var s0 = 0u; s0 < cv; s0 += sd) {
-        // sd nq <= PREP_HALF = 4 WG: four vec4s an invocation, loaded before any is stored
-        let n4 = sd * nq;
-        let v0 = wuValue(at, at.work, which, s0, sd, q0, nq, lid);
-        let v1 = wuValue(at, at.work, which, s0, sd, q0, nq, lid + WG);
-        let v2 = wuValue(at, at.work, which, s0, sd, q0, nq, lid + 2u * WG);
-        let v3 = wuValue(at, at.work, which, s0, sd, q0, nq, lid + 3u * WG);
-        if (lid < n4) { prep[PREP_HALF + lid] = v0; }
-        if (lid + WG < n4) { prep[PREP_HALF + lid + WG] = v1; }
-        if (lid + 2u * WG < n4) { prep[PREP_HALF + lid + 2u * WG] = v2; }
-        if (lid + 3u * WG < n4) { prep[PREP_HALF + lid + 3u * WG] = v3; }
+        wuStage(lid, wuNext, sd * nq);
         workgroupBarrier();
+        // the next slice: this turn's, else the next turn's first (none after U's last turn)
+        var nWhich = which;
+        var nJ80 = j80;
+        var nS0 = s0 + sd;
+        if (nS0 >= cv) {
+          nS0 = 0u;
+          nJ80 = j80 + w8;
+          if (nJ80 >= nJ8) {
+            nJ80 = 0u;
+            nWhich = which + 1u;
+          }
+        }
+        if (nWhich < 2u) {
+          wuNext = wuSlice(at, nWhich, nS0, wuShape(nWhich, nJ80, w8), lid);
+        }
         if (mine && 4u * rq + 4u > s0) {
           let n = min(min(sd, cv - s0), 4u * rq + 4u - s0);
           acc = prepSlice(acc, s0 * c4 + rq, c4, PREP_HALF + jq, nq, n);
