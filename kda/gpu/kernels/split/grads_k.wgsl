@@ -37,6 +37,7 @@ struct SliceAhead {
 
 // dKb's slice of 64 channels from d0: entries lid + k WG of its 1024 (WG = 256), channel lid % 64
 // at row quads lid / 64 + 4 k; the first 32 channels go to tileA, the rest to tileK
+const_assert WG == 256u;
 fn kbSlice(at: ChunkAt, d0: u32, lid: u32, cv: u32) -> SliceAhead {
   let j = d0 + lid % 64u;
   let q = lid / 64u;

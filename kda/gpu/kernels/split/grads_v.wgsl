@@ -15,6 +15,8 @@
 var<workgroup> gradsV: array<vec4f, GV_VEC4>;
 
 const GV_SLOT: u32 = MM_SLICE * 16u;
+// the staging loops give each invocation one entry of a left-operand slot
+const_assert GV_SLOT == WG;
 const GV_B: u32 = 4u * GV_SLOT;
 
 // The vec4 of row quad q at step dd of left-operand slot `slot`. The quad is XORed with the step's

@@ -45,7 +45,8 @@ fn csValue(at: ChunkAt, d0: u32, e: u32) -> vec3f {
 }
 
 // An invocation's entries lid + i WG of a slice (i < C CS_BLOCK / WG <= 8), held in registers a
-// slice ahead of the sums
+// slice ahead of the sums (g's staged region, CS_Q floats, is at most eight an invocation)
+const_assert CS_Q <= 8u * WG;
 struct CsAhead {
   v0: vec3f,
   v1: vec3f,
