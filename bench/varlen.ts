@@ -90,8 +90,8 @@ async function main(): Promise<void> {
         forwardReadBytes: c.lengths.length * c.H * c.K * c.K * 4,
       };
       try {
-        // Warm up first: on the H200 the first dozen calls of a case read up to 2x slower (the
-        // clocks and caches settle), which one warm-up call leaves in the median.
+        // Warm up first: on the H200 a new process's first two dozen calls read up to 2.4x
+        // slower (bench/results/ANALYSIS.md), which one warm-up call leaves in the median.
         for (let i = 0; i < WARMUP; i++) {
           releaseTensors(await kdaVjp(device, { dout }, options));
         }
