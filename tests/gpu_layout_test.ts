@@ -19,7 +19,6 @@ import {
   shapeProblem,
   sizeOf,
   sliceOrder,
-  sliceRanges,
   tableOffsets,
   wgslHeader,
 } from "../kda/gpu/layout.ts";
@@ -213,7 +212,7 @@ Deno.test("every set's slices cover every chunk exactly once, and a per-slice bu
       for (const C of CHUNKS) {
         const plan = makePlan(set, shape, C);
         const what = `${set.name} ${JSON.stringify({ ...shape, cuSeqlens: undefined })} C=${C}`;
-        const ranges = sliceRanges(plan);
+        const ranges = plan.slices;
         const counts = sequenceChunks(plan);
         const { order } = sliceOrder(counts);
         const first = counts.map((_, s) => counts.slice(0, s).reduce((a, b) => a + b, 0));
@@ -246,7 +245,7 @@ Deno.test("every set's slices cover every chunk exactly once, and a per-slice bu
   const perSlice = split.buffers.filter((b) => b.perSlice === true);
   assert.deepEqual(perSlice.map((b) => b.name), ["backward scratch", "gradient scratch"]);
   const bytes = perSlice.reduce((n, b) => n + bufferElements(b, big) * 4, 0);
-  assert.deepEqual(sliceRanges(big).map(([n0, n1]) => n1 - n0), [96, 96, 96, 96, 96, 32]);
+  assert.deepEqual(big.slices.map(([n0, n1]) => n1 - n0), [96, 96, 96, 96, 96, 32]);
   if (!(bytes <= 512 * 2 ** 20)) throw new Error(`the backward's scratch is ${bytes} bytes`);
 });
 

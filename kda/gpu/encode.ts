@@ -12,7 +12,7 @@ import type { CompiledSet, GpuContext } from "./device.ts";
 import { GpuError } from "./device.ts";
 import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
 import { countSync } from "./tensor.ts";
-import { RANGE_BYTES, sliceRanges } from "./layout.ts";
+import { RANGE_BYTES } from "./layout.ts";
 import type { DirectionDecl, Plan, StageDecl } from "./kernel_set.ts";
 
 /** One buffer-to-buffer copy on the GPU, in bytes. */
@@ -98,10 +98,10 @@ export interface TimingOptions {
 }
 
 /** A job's chunk ranges: the scans' (in reverse order in the backward), then the slices'. */
-function rangesOf(job: PassJob): { scans: [number, number][]; slices: [number, number][] } {
+function rangesOf(job: PassJob): { scans: [number, number][]; slices: Plan["slices"] } {
   const scans = job.compiled.set.scanRanges(job.plan);
   if (job.reverse) scans.reverse();
-  return { scans, slices: sliceRanges(job.plan) };
+  return { scans, slices: job.plan.slices };
 }
 
 /**
@@ -142,7 +142,7 @@ interface Pass {
  */
 function passesOf(
   stages: readonly StageDecl[],
-  ranges: { scans: readonly [number, number][]; slices: readonly [number, number][] },
+  ranges: { scans: readonly [number, number][]; slices: Plan["slices"] },
   reverse: boolean,
 ): { passes: Pass[]; uniforms: RangeUniform[] } {
   const uniforms: RangeUniform[] = ranges.scans.map(([n0, n1]) => [n0, n1]);

@@ -298,24 +298,6 @@ function slicesOf(counts: readonly number[], budget: number, span: number): [num
   return out;
 }
 
-/**
- * The chunk ranges of a call's slices: runs of positions in slice order ({@linkcode sliceOrder}),
- * half-open, ascending, at most {@linkcode Plan.sliceChunks} each, covering 0..NCT (none when the
- * call has no chunks).
- *
- * @param plan The call's plan.
- * @returns The ranges.
- * @example
- * ```ts
- * import { kernelSet } from "./kernel_set.ts";
- * import "./kernels/mod.ts";
- * sliceRanges(makePlan(kernelSet("fused"), { B: 2, T: 256, H: 2, K: 32, V: 32 }, 16)); // [[0, 32]]
- * ```
- */
-export function sliceRanges(plan: Plan): [number, number][] {
-  return plan.slices.map(([p0, p1]) => [p0, p1]);
-}
-
 // ---- the uniform parameters ----
 
 /**
