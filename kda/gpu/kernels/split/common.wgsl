@@ -112,12 +112,17 @@ fn chunkOf(c: u32, h: u32) -> ChunkAt {
   );
 }
 
-// As chunkOf, for the chunk at position pos of slice order in a sliced stage (mod.ts): its slice
-// is the positions [range.n0, range.n1), and the backward and gradient scratch hold the blocks of
-// that slice alone, from its first position
+// The block of the (chunk, head) at position pos of slice order in the per-slice buffers of a
+// sliced stage (mod.ts): its slice is the positions [range.n0, range.n1), and the backward and
+// gradient scratch hold the blocks of that slice alone, from its first position
+fn sliceBlock(pos: u32, h: u32) -> u32 {
+  return (pos - range.n0) * p.H + h;
+}
+
+// As chunkOf, for the chunk at position pos of slice order in a sliced stage
 fn slicedChunkOf(pos: u32, h: u32) -> ChunkAt {
   var at = chunkOf(chunks[tOrder() + pos], h);
-  let block = (pos - range.n0) * p.H + h;
+  let block = sliceBlock(pos, h);
   at.bw = block * bwSize();
   at.gs = block * gsSize();
   return at;

@@ -147,8 +147,7 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
       posLater = chunks[tPos() + at.seq.first + n - 1u];
     }
     let base = ch.wid * workSize();
-    // the scratch holds the slice's blocks alone
-    let bBase = ((pos - range.n0) * p.H + at.h) * bwSize();
+    let bBase = sliceBlock(pos, at.h) * bwSize();
     let gam = work4K4(base + wGam(), at.d.x);
     var dv = ScanRows(vec4f(0.0), vec4f(0.0));
     for (var i = 0u; i < m; i++) {
