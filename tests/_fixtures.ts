@@ -119,6 +119,17 @@ export class Worst {
   }
 }
 
+/**
+ * The first index where two arrays' bits differ (a length past the shorter one's end counts), or
+ * -1 where they are the same bits.
+ */
+export function firstBitDifference(a: Float, b: Float): number {
+  const u = new Uint32Array(a.buffer, a.byteOffset, a.length);
+  const w = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  for (let j = 0; j < Math.max(u.length, w.length); j++) if (u[j] !== w[j]) return j;
+  return -1;
+}
+
 /** Uniform values in [−1, 1) from a seed. */
 export function randomArray(n: number, seed: number): Float64Array {
   const rand = mulberry32(seed);

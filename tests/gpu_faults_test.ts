@@ -19,7 +19,7 @@ import {
 import { destroyDeviceForTests } from "../kda/gpu/device.ts";
 import { gpuDebug } from "../kda/gpu/_debug.ts";
 import { gpuSettled, kda, releaseTensors, toGpuInputs } from "../mod.ts";
-import { mulberry32, randomKda } from "./_fixtures.ts";
+import { firstBitDifference, mulberry32, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu, runChild } from "./_gpu.ts";
 
 reportMissingGpu("gpu_faults_test");
@@ -54,12 +54,9 @@ function sameBits(
     ...GRADS.map((n): [string, Float32Array, Float32Array] => [n, got.grads[n], want.grads[n]]),
   ];
   for (const [name, a, b] of pairs) {
-    const wa = new Uint32Array(a.buffer, a.byteOffset, a.length);
-    const wb = new Uint32Array(b.buffer, b.byteOffset, b.length);
-    assert.equal(wa.length, wb.length);
-    for (let i = 0; i < wa.length; i++) {
-      if (wa[i] !== wb[i]) throw new Error(`${label}: ${name}[${i}] differs from the reference`);
-    }
+    assert.equal(a.length, b.length);
+    const i = firstBitDifference(a, b);
+    if (i >= 0) throw new Error(`${label}: ${name}[${i}] differs from the reference`);
   }
 }
 

@@ -310,13 +310,8 @@ gpuTest(
       const r = await runGpu(x, DETERMINISM_CASE.chunkSize, dout, dht);
       const arrays = [r.o, r.ht, ...GRAD_NAMES.map((n) => r.grads[n] as Float32Array)];
       arrays.forEach((a, i) => {
-        const want = new Uint32Array(firstArrays[i].buffer, firstArrays[i].byteOffset, a.length);
-        const got = new Uint32Array(a.buffer, a.byteOffset, a.length);
-        for (let j = 0; j < got.length; j++) {
-          if (got[j] !== want[j]) {
-            throw new Error(`Run ${run}: ${names[i]}[${j}] differs from run 0 in its bits`);
-          }
-        }
+        const j = fixtures.firstBitDifference(a, firstArrays[i]);
+        if (j >= 0) throw new Error(`Run ${run}: ${names[i]}[${j}] differs from run 0 in its bits`);
       });
     }
     console.log(`  20 runs bit-identical, hash ${hashBits(firstArrays)}`);
@@ -459,11 +454,8 @@ gpuTest("bad inputs and shapes over a device limit throw clear errors", async ()
 
 function sameBits(label: string, a: Float32Array, b: Float32Array): void {
   assert.equal(a.length, b.length, `${label}: lengths differ`);
-  const wa = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  const wb = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  for (let i = 0; i < wa.length; i++) {
-    if (wa[i] !== wb[i]) throw new Error(`${label}[${i}] differs in its bits`);
-  }
+  const i = fixtures.firstBitDifference(a, b);
+  if (i >= 0) throw new Error(`${label}[${i}] differs in its bits`);
 }
 
 gpuTest(

@@ -13,7 +13,7 @@ import { kernelSet, kernelSetNames } from "../kda/gpu/kernel_set.ts";
 import { bufferElements, makePlan } from "../kda/gpu/layout.ts";
 import { gpuDebug } from "../kda/gpu/_debug.ts";
 import "../kda/gpu/kernels/mod.ts";
-import { mulberry32, randomKda, Worst } from "./_fixtures.ts";
+import { firstBitDifference, mulberry32, randomKda, Worst } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu, withNaNPrefill } from "./_gpu.ts";
 
 reportMissingGpu("kernel_sets_test");
@@ -239,14 +239,6 @@ function draw(c: Case) {
   return { x32, ct32, x64: wide(x32), ct64: wide(ct32) };
 }
 
-/** The first index where two arrays' bits differ (lengths included), or -1 where none does. */
-function firstBitDifference(a: Float, b: Float): number {
-  const u = new Uint32Array(a.buffer, a.byteOffset, a.length);
-  const w = new Uint32Array(b.buffer, b.byteOffset, b.length);
-  for (let j = 0; j < Math.max(u.length, w.length); j++) if (u[j] !== w[j]) return j;
-  return -1;
-}
-
 async function onSet(set: string, c: Case) {
   const { x32, ct32 } = draw(c);
   const options = { arm: "gpu" as const, chunkSize: c.chunkSize, kernels: set, strict: true };
@@ -347,6 +339,11 @@ gpuTest(
           ...GRAD_NAMES.map((name) => [name, whole.grads![name], got.grads![name]] as const),
         ];
         for (const [name, a, b] of outs) {
+          assert.equal(
+            a === undefined,
+            b === undefined,
+            `${what}: ${name} returned by one run only`,
+          );
           if (a === undefined || b === undefined) continue;
           const at = firstBitDifference(a, b);
           if (at >= 0) throw new Error(`${what}: ${name} differs at ${at}`);
