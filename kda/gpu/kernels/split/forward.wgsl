@@ -19,16 +19,18 @@
 // all chunks form one stream, double-buffered: while the workgroup computes on slab g, each
 // invocation's loads of slabs g + 1 and g + 2 are in flight in registers, so the memory latency is
 // paid under the arithmetic and not once per loop iteration, and one barrier a slab both publishes
-// a slab and frees the buffer of the one before. The state and row tiles are written where a barrier has
-// passed since their last reads (see each scan), so a chunk costs no barriers but its slabs'.
+// a slab and frees the buffer of the one before.
 //
-// scanMem: [0, SCAN_STATE_VEC4) the state tile (K x ng, row d at d ng), then the row tile (C x ng),
-// then the two slab buffers.
+// scanMem: [0, SCAN_STATE_VEC4) the state tile (K x ng, row d at d ng), then the two slab buffers.
+// The row tiles (C x ng, at most SCAN_ROWS_VEC4) live in the state tile's region while the state
+// tile is not read: the forward's Vn once the W slabs are done, the backward's dO and dVn once the
+// Kd slabs are. That keeps a scan workgroup at 24 KB, two an SM on the H200 (mod.ts), at the price
+// of two barriers a chunk besides the slabs' own: one before the region is rewritten with the
+// tile that follows the one read last.
 
 var<workgroup> scanMem: array<vec4f, SCAN_VEC4>;
 
-const SCAN_ROWS_AT: u32 = SCAN_STATE_VEC4;
-const SCAN_SLAB_AT: u32 = SCAN_STATE_VEC4 + SCAN_ROWS_VEC4;
+const SCAN_SLAB_AT: u32 = SCAN_STATE_VEC4;
 
 // Where a scan invocation works: its (sequence, head) pair, the tile's first column and its own,
 // its column group of ng, its state rows 4 dq.. (and dq clamped to the last vec4 of K for reads),
@@ -219,10 +221,10 @@ fn forwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
 }
 
 // newValues and stateScan per chunk: Vn = U - W S over the W slabs (S in the state tile), then
-// S' = diag(gamma_C) S + Kd^T Vn over the Kd slabs (Vn in the row tile). The chunk-start state is
-// published with the first W slab (the state tile was last read by the previous chunk's W slabs,
-// a Kd slab's barrier ago), Vn with the first Kd slab (the row tile was last read by the previous
-// chunk's Kd slabs, this chunk's W slabs ago).
+// S' = diag(gamma_C) S + Kd^T Vn over the Kd slabs (Vn in the row tile, in the state tile's
+// region). The chunk-start state is published with the first W slab, behind a barrier after the
+// previous chunk's last Kd slab (which read Vn there), and Vn with the first Kd slab, behind one
+// after this chunk's last W slab (which read the state).
 @compute @workgroup_size(256)
 fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let at = scanAt(wg, lid);
@@ -267,6 +269,10 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     for (var i = 0u; i < m; i++) {
       let slab = SCAN_SLAB_AT + (g % 2u) * SCAN_SLAB_VEC4;
       scanMem[slab + lid] = next;
+      // the region's last reads (the previous chunk's Vn, this chunk's state) are done
+      if ((i == 0u && t > 0u) || i == sl.nD) {
+        workgroupBarrier();
+      }
       if (i == 0u) {
         // the chunk-start state, also saved transposed ([V, K]: the output and the backward read
         // it with lanes along K), four channels a store
@@ -277,11 +283,11 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         let va = ua - w.a;
         let vb = ub - w.b;
         if (at.ra < ch.cv) {
-          scanMem[SCAN_ROWS_AT + at.ra * at.ng + at.cg] = va;
+          scanMem[at.ra * at.ng + at.cg] = va;
           statesStoreCols(sBlock + sVn() + at.ra * p.V, at.j, va);
         }
         if (at.rb < ch.cv) {
-          scanMem[SCAN_ROWS_AT + at.rb * at.ng + at.cg] = vb;
+          scanMem[at.rb * at.ng + at.cg] = vb;
           statesStoreCols(sBlock + sVn() + at.rb * p.V, at.j, vb);
         }
       }
@@ -299,7 +305,7 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         if (i == sl.nD) {
           st = tileScaleRows(st, gam);
         }
-        st = rSlabProduct(at, sl, slab, SCAN_ROWS_AT, i - sl.nD, ch.cv, st);
+        st = rSlabProduct(at, sl, slab, 0u, i - sl.nD, ch.cv, st);
       }
       g++;
     }

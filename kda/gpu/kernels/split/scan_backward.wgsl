@@ -31,8 +31,8 @@ fn pSlabLoad(sl: ScanSlabs, tbase: u32, cv: u32, i: u32, lid: u32) -> vec4f {
   return select(vec4f(0.0), tri4At4(tbase + rP() + r, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
 }
 
-// acc + the P slab's part of P^T dO for rows ra and rb (dO in the row tile), the rows s of dO in
-// ascending order across the slabs.
+// acc + the P slab's part of P^T dO for rows ra and rb (dO in the row tile at the region's start),
+// the rows s of dO in ascending order across the slabs.
 fn pSlabProduct(at: ScanAt, sl: ScanSlabs, slab: u32, i: u32, ch: ScanChunk, acc: ScanRows) -> ScanRows {
   let q0 = i * sl.qp;
   let cq = (ch.cv + 3u) / 4u;
@@ -42,7 +42,7 @@ fn pSlabProduct(at: ScanAt, sl: ScanSlabs, slab: u32, i: u32, ch: ScanChunk, acc
   }
   var rows = acc;
   for (var q = 0u; q < n; q++) {
-    let y = SCAN_ROWS_AT + 4u * (q0 + q) * at.ng + at.cg;
+    let y = 4u * (q0 + q) * at.ng + at.cg;
     rows = rowsFma(rows, scanMem[slab + q * p.C + ch.raC], scanMem[slab + q * p.C + ch.rbC], y, at.ng);
   }
   return rows;
@@ -73,15 +73,15 @@ fn firstAtOrAfter(seq: SeqAt, position: u32) -> u32 {
   return lo;
 }
 
-// Slab i of a backward chunk: the P slabs, the d-slabs of Kd, the r-slabs of Qg, then those of W
+// Slab i of a backward chunk: the d-slabs of Kd, the P slabs, the r-slabs of Qg, then those of W
 // negated (so that its products subtract, exactly as fma(-w, x, s)).
 fn backwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
   let base = ch.wid * workSize();
-  if (i < sl.nP) {
-    return pSlabLoad(sl, ch.wid * triSize(), ch.cv, i, lid);
+  if (i < sl.nD) {
+    return dSlabLoad(sl, base + wKd(), ch.cv, i, lid);
   }
-  if (i < sl.nP + sl.nD) {
-    return dSlabLoad(sl, base + wKd(), ch.cv, i - sl.nP, lid);
+  if (i < sl.nD + sl.nP) {
+    return pSlabLoad(sl, ch.wid * triSize(), ch.cv, i - sl.nD, lid);
   }
   let r = i - sl.nP - sl.nD;
   if (r < sl.nR) {
@@ -90,13 +90,14 @@ fn backwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
   return -rSlabLoad(sl, base + wW(), ch.cv, r - sl.nR, lid);
 }
 
-// Per chunk, from the last: dVn = P^T dO + Kd dS' (stateScanBackward, chunkOutputBackward) over the
-// P slabs (dO in the row tile) and the Kd slabs (dS' in the state tile), then
+// Per chunk, from the last: dVn = Kd dS' + P^T dO (stateScanBackward, chunkOutputBackward) over the
+// Kd slabs (dS' in the state tile) and the P slabs (dO), then
 // dS = diag(gamma_C) dS' + (scale Q (.) Gamma)^T dO - W^T dVn (the last term newValuesBackward) over
-// the Qg slabs (dO) and the W slabs (dVn in the state tile). dO is written with the first P slab
-// (the row tile was last read by the previous chunk's Qg slabs, its W slabs ago), dS' with the
-// first Kd slab and dVn with the first W slab (the state tile was last read by the previous
-// chunk's W slabs, this chunk's P slabs ago, and by this chunk's Kd slabs, its Qg slabs ago).
+// the Qg slabs (dO) and the W slabs (dVn). Once the Kd slabs are done the state tile's region holds
+// the row tiles (forward.wgsl): dO from its start, dVn from SCAN_ROWS_VEC4. dS' is published with
+// the first Kd slab, behind a barrier after the previous chunk's last W slab (which read dVn
+// there), dO with the first P slab, behind one after this chunk's last Kd slab (which read dS'),
+// and dVn with the first W slab (its half of the region was last read by the Kd slabs).
 @compute @workgroup_size(256)
 fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let at = scanAt(wg, lid);
@@ -153,24 +154,28 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
     for (var i = 0u; i < m; i++) {
       let slab = SCAN_SLAB_AT + (g % 2u) * SCAN_SLAB_VEC4;
       scanMem[slab + lid] = next;
+      // the region's last reads (the previous chunk's dVn, this chunk's dS') are done
+      if ((i == 0u && t > 0u) || i == sl.nD) {
+        workgroupBarrier();
+      }
       if (i == 0u) {
-        scanMem[SCAN_ROWS_AT + lid] = dO0;
-        if (lid + WG < tileEntries) {
-          scanMem[SCAN_ROWS_AT + lid + WG] = dO1;
-        }
         // dS' saved transposed ([V, K]), four channels a store
         bwStoreTileT(bBase + bDS(), at.d.x, at.j, st);
-      }
-      if (i == sl.nP) {
         publishState(at, sl, st);
+      }
+      if (i == sl.nD) {
+        scanMem[lid] = dO0;
+        if (lid + WG < tileEntries) {
+          scanMem[lid + WG] = dO1;
+        }
       }
       if (i == sl.nP + sl.nD + sl.nR) {
         if (at.ra < ch.cv) {
-          scanMem[at.ra * at.ng + at.cg] = dv.a;
+          scanMem[SCAN_ROWS_VEC4 + at.ra * at.ng + at.cg] = dv.a;
           bwStoreCols(bBase + bDVn() + at.ra * p.V, at.j, dv.a);
         }
         if (at.rb < ch.cv) {
-          scanMem[at.rb * at.ng + at.cg] = dv.b;
+          scanMem[SCAN_ROWS_VEC4 + at.rb * at.ng + at.cg] = dv.b;
           bwStoreCols(bBase + bDVn() + at.rb * p.V, at.j, dv.b);
         }
       }
@@ -187,17 +192,17 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
         }
       }
       workgroupBarrier();
-      if (i < sl.nP) {
-        dv = pSlabProduct(at, sl, slab, i, ch, dv);
-      } else if (i < sl.nP + sl.nD) {
-        dv = dSlabProduct(at, sl, slab, i - sl.nP, ch, dv);
+      if (i < sl.nD) {
+        dv = dSlabProduct(at, sl, slab, i, ch, dv);
+      } else if (i < sl.nD + sl.nP) {
+        dv = pSlabProduct(at, sl, slab, i - sl.nD, ch, dv);
       } else if (i < sl.nP + sl.nD + sl.nR) {
         if (i == sl.nP + sl.nD) {
           st = tileScaleRows(st, gam);
         }
-        st = rSlabProduct(at, sl, slab, SCAN_ROWS_AT, i - sl.nP - sl.nD, ch.cv, st);
+        st = rSlabProduct(at, sl, slab, 0u, i - sl.nP - sl.nD, ch.cv, st);
       } else {
-        st = rSlabProduct(at, sl, slab, 0u, i - sl.nP - sl.nD - sl.nR, ch.cv, st);
+        st = rSlabProduct(at, sl, slab, SCAN_ROWS_VEC4, i - sl.nP - sl.nD - sl.nR, ch.cv, st);
       }
       g++;
     }
