@@ -25,8 +25,8 @@
 // The row tiles (C x ng, at most SCAN_ROWS_VEC4) live in the state tile's region while the state
 // tile is not read: the forward's Vn once the W slabs are done, the backward's dO and dVn once the
 // Kd slabs are. That keeps a scan workgroup at 24 KB, two an SM on the H200 (mod.ts), at the price
-// of two barriers a chunk besides the slabs' own: one before the region is rewritten with the
-// tile that follows the one read last.
+// of two barriers a chunk besides the slabs' own: one before each rewrite of the region, so that
+// every read of what it held before is done.
 
 var<workgroup> scanMem: array<vec4f, SCAN_VEC4>;
 
