@@ -57,7 +57,7 @@ const SCAN_SLAB_VEC4 = 256;
 /**
  * vec4 entries of the scans' workgroup memory: the state tile's region (which also holds the row
  * tiles, see forward.wgsl) and two slabs, 24 KB. The NVIDIA Vulkan driver on the H200 keeps two
- * workgroups of up to about 24 KB on an SM and one of 27 KB or more (ANALYSIS.md, fifth pass): at
+ * workgroups of up to about 24 KB on an SM and one of 27 KB or more (ANALYSIS.md, sixth pass): at
  * 32 KB the scans' workgroups ran one an SM.
  */
 const SCAN_VEC4 = SCAN_STATE_VEC4 + 2 * SCAN_SLAB_VEC4;

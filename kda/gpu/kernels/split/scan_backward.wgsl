@@ -90,6 +90,9 @@ fn backwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
   return -rSlabLoad(sl, base + wW(), ch.cv, r - sl.nR, lid);
 }
 
+// dO and dVn side by side in the state tile's region
+const_assert 2u * SCAN_ROWS_VEC4 <= SCAN_STATE_VEC4;
+
 // Per chunk, from the last: dVn = Kd dS' + P^T dO (stateScanBackward, chunkOutputBackward) over the
 // Kd slabs (dS' in the state tile) and the P slabs (dO), then
 // dS = diag(gamma_C) dS' + (scale Q (.) Gamma)^T dO - W^T dVn (the last term newValuesBackward) over
