@@ -4,10 +4,11 @@
 // are grouped), and the gate sums of a chunk's work block. The shared WGSL (exact decays, gate
 // sums, tile helpers) is included by name; the header and accessors are generated.
 
-// chunkPrep's workgroup memory (prep.wgsl), one array carved by phase: vec4s [0, PREP_HALF)
-// hold the C x C matrix of the substitution and then T diag(beta) as the left operand of W and U;
-// vec4s [PREP_HALF, 2 PREP_HALF) the staged operands of the pairwise products, then the slices
-// of the right operands of W and U. Scalars are addressed as floats (prepF, prepSet).
+// chunkPrep's workgroup memory (prep.wgsl), one array of 24 KB carved by phase: vec4s
+// [0, PREP_HALF) hold the C x C matrix of the substitution and then T diag(beta) as the left
+// operand of W and U; vec4s [PREP_HALF, PREP_VEC4) the slices of the right operands of W and U.
+// The gate sums' slices and the staged operands of the pairwise products span the whole array.
+// Scalars are addressed as floats (prepF, prepSet).
 var<workgroup> prep: array<vec4f, PREP_VEC4>;
 
 fn prepF(i: u32) -> f32 {

@@ -28,22 +28,25 @@ import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
 import { CC, chunkRanges, CK, CV, LOOP_BUDGET, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
 /** Channels per staged slice of the pairwise products. */
-const LP_BLOCK = 16;
+const LP_BLOCK = 8;
 /** vec4s per row quad of a staged operand of the pairwise products (padded by one, see prep.wgsl). */
 const LP_STRIDE = LP_BLOCK + 1;
 /** vec4s of one staged operand of the pairwise products: C / 4 row quads at C = 64. */
 const LP_OPERAND = 16 * LP_STRIDE;
 /**
- * vec4s of each half of chunkPrep's workgroup array `prep` (common.wgsl): the first holds the
- * C x (C + 1) substitution matrix (its padded stride reaches a little into the second half while
- * nothing else is there) and then T diag(beta) (C^2 / 4 vec4s at C = 64), the second the slices of
- * W's and U's right operands (PREP_HALF vec4s: 32 rows of 128 columns). The gate sums' staged
- * slices (g, q, k: 3 x 32 channels x C rows, then the parts' totals) and the seven staged
- * operands of the pairwise products (7 LP_OPERAND vec4s) span both halves, which hold nothing
- * else while they are in use.
+ * chunkPrep's workgroup array `prep` (common.wgsl), 24 KB, so that two of its workgroups share an
+ * SM of the H200 (ANALYSIS.md, seventh pass): its first PREP_HALF vec4s hold the C x (C + 1)
+ * substitution matrix (its padded stride reaches a little past them while nothing else is there)
+ * and then T diag(beta) (C^2 / 4 vec4s at C = 64), the PREP_WU after them the slices of W's and
+ * U's right operands (16 rows of 128 columns). The gate sums' staged slices (g, q, k: 3 x 16
+ * channels x C rows, then the parts' totals) and the seven staged operands of the pairwise
+ * products (7 LP_OPERAND vec4s) span the whole array, which holds nothing else while they are in
+ * use.
  */
 const PREP_HALF = 1024;
-if (7 * LP_OPERAND > 2 * PREP_HALF) throw new Error("the pairwise products' stage exceeds prep");
+const PREP_WU = 512;
+const PREP_VEC4 = PREP_HALF + PREP_WU;
+if (7 * LP_OPERAND > PREP_VEC4) throw new Error("the pairwise products' stage exceeds prep");
 /** Widest scan tile (V columns). */
 const MAX_SCAN_TILE = 32;
 /** vec4 entries of the scans' state tile (K × VT / 4) and row tile (C × VT / 4). */
@@ -308,14 +311,15 @@ export const SPLIT: KernelSet = {
   native: { groupedHeads: true, packed: true },
   workgroupSize: WORKGROUP_SIZE,
   workgroupBytes: Math.max(
-    2 * PREP_HALF * 16,
+    PREP_VEC4 * 16,
     SCAN_VEC4 * 16,
     (TILE_A_VEC4 + TILE_B_VEC4 + TILE_K_VEC4) * 16,
     GV_VEC4 * 16,
   ),
   constants: {
     PREP_HALF,
-    PREP_VEC4: 2 * PREP_HALF,
+    PREP_WU,
+    PREP_VEC4,
     LP_BLOCK,
     LP_STRIDE,
     LP_OPERAND,

@@ -17,12 +17,14 @@
 // gateCumsum and gateFactors run over slices of CS_BLOCK channels staged in prep (floats): g, and
 // q and k for the factors, row r of the slice at r CS_BLOCK (all 256 invocations loading
 // neighbouring floats of a row at once), then the totals of the row parts. A channel's rows are cut
-// into WG / CS_BLOCK parts of C / 8 rows, one invocation each.
-const CS_BLOCK: u32 = 32u;
-const CS_Q: u32 = 2048u;
-const CS_K: u32 = 4096u;
+// into WG / CS_BLOCK parts of C / 16 rows, one invocation each.
+const CS_BLOCK: u32 = 16u;
+// where q's and k's slices start (floats): after C CS_BLOCK floats of g (C <= 64)
+const CS_Q: u32 = 64u * CS_BLOCK;
+const CS_K: u32 = 2u * CS_Q;
 // vec4 index of the parts' totals (gateSumPack), part j of channel dd at CS_TOTALS + j CS_BLOCK + dd
-const CS_TOTALS: u32 = 1536u;
+const CS_TOTALS: u32 = 3u * CS_Q / 4u;
+const_assert CS_TOTALS + WG <= PREP_VEC4;
 
 // Entry e of a slice of gateCumsum's staged operands from channel d0: g, q and k at row
 // e / CS_BLOCK, channel d0 + e % CS_BLOCK; zero past the channels, and not loaded past the valid
@@ -44,18 +46,14 @@ fn csValue(at: ChunkAt, d0: u32, e: u32) -> vec3f {
   return vec3f(gv, qv, kv);
 }
 
-// An invocation's entries lid + i WG of a slice (i < C CS_BLOCK / WG <= 8), held in registers a
-// slice ahead of the sums (g's staged region, CS_Q floats, is at most eight an invocation)
-const_assert CS_Q <= 8u * WG;
+// An invocation's entries lid + i WG of a slice (i < C CS_BLOCK / WG <= 4), held in registers a
+// slice ahead of the sums (g's staged region, CS_Q floats, is at most four an invocation)
+const_assert CS_Q <= 4u * WG;
 struct CsAhead {
   v0: vec3f,
   v1: vec3f,
   v2: vec3f,
   v3: vec3f,
-  v4: vec3f,
-  v5: vec3f,
-  v6: vec3f,
-  v7: vec3f,
 }
 
 fn csSlice(at: ChunkAt, d0: u32, lid: u32) -> CsAhead {
@@ -64,10 +62,6 @@ fn csSlice(at: ChunkAt, d0: u32, lid: u32) -> CsAhead {
     csValue(at, d0, lid + WG),
     csValue(at, d0, lid + 2u * WG),
     csValue(at, d0, lid + 3u * WG),
-    csValue(at, d0, lid + 4u * WG),
-    csValue(at, d0, lid + 5u * WG),
-    csValue(at, d0, lid + 6u * WG),
-    csValue(at, d0, lid + 7u * WG),
   );
 }
 
@@ -85,10 +79,6 @@ fn csStage(lid: u32, s: CsAhead, cv: u32) {
   csStageOne(lid + WG, s.v1, cv);
   csStageOne(lid + 2u * WG, s.v2, cv);
   csStageOne(lid + 3u * WG, s.v3, cv);
-  csStageOne(lid + 4u * WG, s.v4, cv);
-  csStageOne(lid + 5u * WG, s.v5, cv);
-  csStageOne(lid + 6u * WG, s.v6, cv);
-  csStageOne(lid + 7u * WG, s.v7, cv);
 }
 
 // The substitution matrix in prep (floats): T_ij at i SUB + j below the diagonal, L_ij (and then
@@ -202,17 +192,16 @@ fn wuShape(which: u32, j80: u32, w8: u32) -> vec3u {
   let nqAll = (width + 3u) / 4u;
   let q0 = 2u * j80;
   let nq = min(2u * w8, nqAll - q0);
-  let sd = min(p.C, PREP_HALF / nq);
+  let sd = min(p.C, PREP_WU / nq);
   return vec3u(q0, nq, sd);
 }
 
-// An invocation's four entries lid + i WG of a staged slice of W's or U's right operand (the
+// An invocation's two entries lid + i WG of a staged slice of W's or U's right operand (the
 // turn's shape from wuShape), held in registers a slice ahead of the product
+const_assert PREP_WU <= 2u * WG;
 struct WuAhead {
   v0: vec4f,
   v1: vec4f,
-  v2: vec4f,
-  v3: vec4f,
 }
 
 fn wuSlice(at: ChunkAt, which: u32, s0: u32, shape: vec3u, lid: u32) -> WuAhead {
@@ -222,17 +211,13 @@ fn wuSlice(at: ChunkAt, which: u32, s0: u32, shape: vec3u, lid: u32) -> WuAhead 
   return WuAhead(
     wuValue(at, at.work, which, s0, sd, q0, nq, lid),
     wuValue(at, at.work, which, s0, sd, q0, nq, lid + WG),
-    wuValue(at, at.work, which, s0, sd, q0, nq, lid + 2u * WG),
-    wuValue(at, at.work, which, s0, sd, q0, nq, lid + 3u * WG),
   );
 }
 
-// Stages a slice in the second half of prep: its n4 vec4s
+// Stages a slice in the second part of prep: its n4 vec4s
 fn wuStage(lid: u32, s: WuAhead, n4: u32) {
   if (lid < n4) { prep[PREP_HALF + lid] = s.v0; }
   if (lid + WG < n4) { prep[PREP_HALF + lid + WG] = s.v1; }
-  if (lid + 2u * WG < n4) { prep[PREP_HALF + lid + 2u * WG] = s.v2; }
-  if (lid + 3u * WG < n4) { prep[PREP_HALF + lid + 3u * WG] = s.v3; }
 }
 
 @compute @workgroup_size(256)
@@ -564,7 +549,7 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 
   // W = T diag(beta) (K (.) Gamma), U = T diag(beta) V as tiled products (common.wgsl's shape):
   // 4 rows x 8 columns an invocation over slices of the right operand staged as vec4s in the
-  // second half of prep (PREP_HALF vec4s: 32 rows of 128 columns), all its loads issued at once;
+  // last PREP_WU vec4s of prep (16 rows of 128 columns), all its loads issued at once;
   // T is lower triangular, so a tile stops at its last row. A turn takes all row quads of the
   // WG / (C / 4) 8-column groups it stages (at C = 64, 128 columns): W's turn reads K (.) Gamma
   // only in its own columns, so it may write W there when done.
@@ -572,7 +557,7 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let w8 = WG / c4;
   let rq = lid % c4;
   // ABLATE wu {
-  // Each slice is loaded a slice ahead (sd nq <= PREP_HALF = 4 WG: four vec4s an invocation), the
+  // Each slice is loaded a slice ahead (sd nq <= PREP_WU = 2 WG: two vec4s an invocation), the
   // first here: into registers before the product of the one before, staged behind its barrier.
   // The slice after a turn's last is the next turn's first. That is safe although W's turn
   // writes W over the K (.) Gamma it reads: its stores (after its product) reach only its own
