@@ -1,6 +1,7 @@
 // The WGSL every kernel set shares, included by name ("shared", see kda/gpu/device.ts): the exact
-// exp of the decays, the fixed-point gate sums, the register-tile helpers and the stage barrier.
-// It binds no buffer, so any set can include it; docs/kda.md 2.2 has the math.
+// exp of the decays (and the built-in one for gradient stages), the fixed-point gate sums, the
+// register-tile helpers and the stage barrier. It binds no buffer, so any set can include it;
+// docs/kda.md 2.2 has the math.
 
 // ---- numerics ----
 
@@ -36,6 +37,16 @@ fn decay4(x: vec4f) -> vec4f {
 // e^x of one exponent, as decay4
 fn decay(x: f32) -> f32 {
   return decay4(vec4f(x)).x;
+}
+
+// e^x (x <= 0) through the built-in exp, for the backward's gradient stages alone: WGSL allows it
+// 3 + 2|x| ulps, which is at most about 5 ulps (3e-7 relative) for the decays near 1 that carry a
+// sum, and grows only where e^x is small beside them, well inside the gradients' 2e-5 bar. The
+// forward keeps decay4 (its 2e-6 bar is the reason decay4 exists), and so does anything whose bits
+// must meet the forward's. On the H200 decay4's polynomial and scaling took a third of
+// pairwiseGrads (docs/kda.md 3.2). Below -103 the result is 0, as decay4's.
+fn coarseDecay4(x: vec4f) -> vec4f {
+  return select(exp(x), vec4f(0.0), x < vec4f(-103.0));
 }
 
 // ---- the fixed-point gate sums ----

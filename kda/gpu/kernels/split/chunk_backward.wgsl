@@ -7,7 +7,7 @@
 // scratch gs (Stage E through its vec4 view gs4, which it only reads); each heavy stage of the
 // backward is a dispatch of its own, so that its registers do not set the residency of the others
 // (docs/kda.md 3.2). Rows past cv are clamped for reads and never stored; each sum keeps one fixed
-// order.
+// order. Decays are the built-in exp (coarseDecay4, shared.wgsl): the gradients' bar allows it.
 
 // elementwiseGrads for one row r (token row `row` of the value head) and channels d..: dq and dk
 // (per value head when they are grouped); the dG pieces into dg (Stage F sums them in place), the
@@ -35,8 +35,8 @@ fn elementwiseGrads(
   let K = p.K;
   let betaR = beta[aBeta() + row];
   let dPrr = gs4F(at.gs + gP() + r * p.C + r);
-  let gam = decay4(gh + gl);
-  let ed = decay4((ghL - gh) + (glL - gl));
+  let gam = coarseDecay4(gh + gl);
+  let ed = coarseDecay4((ghL - gh) + (glL - gl));
   let dQg = gs4K4(at.gs + gQg() + r * K, d);
   let dKb = gs4K4(at.gs + gKb() + r * K, d);
   let dKd = gs4K4(at.gs + gKd() + r * K, d);
@@ -161,7 +161,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var rp = mat4x4f();
     for (var j0 = 0u; j0 < f; j0 += E_BLOCK) {
       let jl = j0 + E_BLOCK - 1u;
-      let mid = decay4((gh0 - work4K4(at.work + wG() + jl * p.K, d)) + (gl0 - work4K4(at.work + wGlo() + jl * p.K, d)));
+      let mid = coarseDecay4((gh0 - work4K4(at.work + wG() + jl * p.K, d)) + (gl0 - work4K4(at.work + wGlo() + jl * p.K, d)));
       for (var s = j0; s <= jl; s++) {
         let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gs4K4(at.gs + gW() + s * p.K, d) * mid);
         rl = tileFma(rl, gs4At4(lReg + s, blk4.rows * p.C), ks);
@@ -171,7 +171,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     for (var s = f; s < r; s++) {
       let gS4 = work4K4(at.work + wG() + s * p.K, d);
       let gls4 = work4K4(at.work + wGlo() + s * p.K, d);
-      let ks = kK4(aK() + qrow(at, s) * p.K, d) * decay4((gh0 - gS4) + (gl0 - gls4));
+      let ks = kK4(aK() + qrow(at, s) * p.K, d) * coarseDecay4((gh0 - gS4) + (gl0 - gls4));
       rl = tileFma(rl, gs4At4(lReg + s, blk4.rows * p.C), ks);
       rp = tileFma(rp, gs4At4(pReg + s, blk4.rows * p.C), ks);
     }
@@ -181,7 +181,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var cl = mat4x4f();
     var cp = mat4x4f();
     for (var rr = rc3 + 1u; rr < fEnd; rr++) {
-      let e = decay4(
+      let e = coarseDecay4(
         (work4K4(at.work + wG() + rr * p.K, d) - gh3) + (work4K4(at.work + wGlo() + rr * p.K, d) - gl3),
       );
       let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
@@ -190,7 +190,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       cp = tileFma(cp, gs4At4(pReg + rr * p.C, blk4.rows), qe);
     }
     for (var i0 = fEnd; i0 < cv; i0 += E_BLOCK) {
-      let mid = decay4((work4K4(at.work + wG() + i0 * p.K, d) - gh3) + (work4K4(at.work + wGlo() + i0 * p.K, d) - gl3));
+      let mid = coarseDecay4((work4K4(at.work + wG() + i0 * p.K, d) - gh3) + (work4K4(at.work + wGlo() + i0 * p.K, d) - gl3));
       let i1 = min(i0 + E_BLOCK, cv);
       for (var rr = i0; rr < i1; rr++) {
         let e = gs4K4(at.gs + gA() + rr * p.K, d) * mid;
@@ -207,12 +207,12 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     let gl1 = work4K4(at.work + wGlo() + rc1 * p.K, d);
     let gl2 = work4K4(at.work + wGlo() + rc2 * p.K, d);
     // the six pairs inside the block, e_ij = e^{G_i - G_j}, i > j
-    let e10 = decay4((gh1 - gh0) + (gl1 - gl0));
-    let e20 = decay4((gh2 - gh0) + (gl2 - gl0));
-    let e30 = decay4((gh3 - gh0) + (gl3 - gl0));
-    let e21 = decay4((gh2 - gh1) + (gl2 - gl1));
-    let e31 = decay4((gh3 - gh1) + (gl3 - gl1));
-    let e32 = decay4((gh3 - gh2) + (gl3 - gl2));
+    let e10 = coarseDecay4((gh1 - gh0) + (gl1 - gl0));
+    let e20 = coarseDecay4((gh2 - gh0) + (gl2 - gl0));
+    let e30 = coarseDecay4((gh3 - gh0) + (gl3 - gl0));
+    let e21 = coarseDecay4((gh2 - gh1) + (gl2 - gl1));
+    let e31 = coarseDecay4((gh3 - gh1) + (gl3 - gl1));
+    let e32 = coarseDecay4((gh3 - gh2) + (gl3 - gl2));
     let row0 = vrow(at, r);
     let row1 = vrow(at, rc1);
     let row2 = vrow(at, rc2);

@@ -2,7 +2,8 @@
 // 2.3), one workgroup per (chunk, head):
 //   chunkGradsK  wyBackward and inverseBackward (dT, dKb, X, dL), and Stage E's factors
 // It reads what chunkGradsV (grads_v.wgsl) left in gs and leaves dL, dKb, the V half of dbeta and
-// the factors there for pairwiseGrads (chunk_backward.wgsl). Each sum keeps one fixed order.
+// the factors there for pairwiseGrads (chunk_backward.wgsl). Each sum keeps one fixed order; its
+// decays are the built-in exp (coarseDecay4, shared.wgsl), as in every gradient stage.
 
 // ---- the K side: wyBackward, inverseBackward, pairwiseGrads, elementwiseGrads, gateCumsumBackward ----
 //
@@ -308,8 +309,8 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let eb = min(f + E_BLOCK - 1u, last);
     let gh = work4K4(at.work + wG() + r * p.K, d);
     let gl = work4K4(at.work + wGlo() + r * p.K, d);
-    let fw = decay4((work4K4(at.work + wG() + eb * p.K, d) - gh) + (work4K4(at.work + wGlo() + eb * p.K, d) - gl));
-    let aw = decay4((gh - work4K4(at.work + wG() + f * p.K, d)) + (gl - work4K4(at.work + wGlo() + f * p.K, d)));
+    let fw = coarseDecay4((work4K4(at.work + wG() + eb * p.K, d) - gh) + (work4K4(at.work + wGlo() + eb * p.K, d) - gl));
+    let aw = coarseDecay4((gh - work4K4(at.work + wG() + f * p.K, d)) + (gl - work4K4(at.work + wGlo() + f * p.K, d)));
     gsStoreRow(at.gs + gW(), r, d, fw, cv, p.K);
     gsStoreRow(at.gs + gA(), r, d, aw, cv, p.K);
   }

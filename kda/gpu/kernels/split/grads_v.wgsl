@@ -3,6 +3,7 @@
 //                (dKd, dQg, dW), dP, M and dv, into the gradient scratch gs and dv
 // Register tiles are 4 x 8 (Tile8, common.wgsl); rows past cv are clamped for reads and never
 // stored; each sum keeps one fixed order and terms outside a triangle are exact zeros of T or P.
+// Its decays are the built-in exp (coarseDecay4, shared.wgsl), as in every gradient stage.
 
 // ---- the V side ----
 
@@ -371,7 +372,7 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let r = e / KQ;
     let d = 4u * (e % KQ);
     let row = at.work + r * p.K;
-    let gamma = decay4(work4K4(wG() + row, d) + work4K4(wGlo() + row, d));
+    let gamma = coarseDecay4(work4K4(wG() + row, d) + work4K4(wGlo() + row, d));
     gsStoreRow(at.gs + gG(), r, d, kK4(aK() + qrow(at, r) * p.K, d) * gamma, cv, p.K);
   }
   // ABLATE bKg }
