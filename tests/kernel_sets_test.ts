@@ -136,6 +136,22 @@ const CASES: Case[] = [
     seed: 5,
   },
   {
+    // decays near 1 across a whole chunk: the many terms of every pairwise sum carry their
+    // decay's full weight, where the built-in exp of the split set's gradient stages is off by
+    // its few ulps (docs/kda.md 3.2), and the rows of a chunk cancel least
+    label: "weak gates",
+    B: 1,
+    T: 170,
+    H: 2,
+    K: 64,
+    V: 64,
+    chunkSize: 64,
+    gateMin: -0.02,
+    h0: true,
+    dht: true,
+    seed: 11,
+  },
+  {
     label: "packed",
     B: 1,
     T: 0,
