@@ -65,8 +65,25 @@ export function scanTile(
  * ```
  */
 export function chunkRanges(NC: number, perChunk: number): [number, number][] {
-  const chunksPer = Math.max(1, Math.floor((LOOP_BUDGET - 64) / perChunk));
+  return rangesOf(NC, Math.floor((LOOP_BUDGET - 64) / perChunk));
+}
+
+/**
+ * The chunk ranges of successive scan dispatches of `chunksPer` chunks each (at least one): as
+ * {@linkcode chunkRanges}, with the count given.
+ *
+ * @param NC Chunks per sequence.
+ * @param chunksPer Chunks a range.
+ * @returns The ranges.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * assert.deepEqual(rangesOf(5, 2), [[0, 2], [2, 4], [4, 5]]);
+ * ```
+ */
+export function rangesOf(NC: number, chunksPer: number): [number, number][] {
+  const per = Math.max(1, Math.floor(chunksPer));
   const ranges: [number, number][] = [];
-  for (let n0 = 0; n0 < NC; n0 += chunksPer) ranges.push([n0, Math.min(NC, n0 + chunksPer)]);
+  for (let n0 = 0; n0 < NC; n0 += per) ranges.push([n0, Math.min(NC, n0 + per)]);
   return ranges;
 }
