@@ -40,10 +40,10 @@ fn decay(x: f32) -> f32 {
 }
 
 // e^x (x <= 0) through the built-in exp, for the backward's gradient stages alone: WGSL allows it
-// 3 + 2|x| ulps, which is at most about 5 ulps (3e-7 relative) for the decays near 1 that carry a
-// sum, and grows only where e^x is small beside them, well inside the gradients' 2e-5 bar. The
-// forward keeps decay4 (its 2e-6 bar is the reason decay4 exists), and so does anything whose bits
-// must meet the forward's. On the H200 decay4's polynomial and scaling took a third of
+// 3 + 2|x| ulps, at most about 5 ulps (under 6e-7 relative) for the decays near 1 that carry a
+// sum, more only where e^x is small beside them: well inside the gradients' 2e-5 bar. The forward
+// keeps decay4 (its 2e-6 bar is the reason decay4 exists), and so does anything whose bits must
+// meet the forward's. On the H200 decay4's reduction, polynomial and scaling took a third of
 // pairwiseGrads (docs/kda.md 3.2). Below -103 the result is 0, as decay4's.
 fn coarseDecay4(x: vec4f) -> vec4f {
   return select(exp(x), vec4f(0.0), x < vec4f(-103.0));

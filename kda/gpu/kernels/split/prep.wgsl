@@ -88,6 +88,10 @@ fn subStride() -> u32 {
   return p.C + 1u;
 }
 
+// the substitution matrix (C <= 64) and the diagonal blocks' partial sums fit prep
+const_assert 64u * 65u <= 4u * PREP_VEC4;
+const_assert PREP_HALF + 16u * 3u * 8u <= PREP_VEC4;
+
 // L_ij (i > j) as the substitution reads it: zero in rows past the valid ones, which the pairwise
 // products leave unwritten (so T's rows there are finite, and are never read for valid rows).
 fn substL(i: u32, j: u32, cv: u32) -> f32 {
@@ -427,6 +431,7 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   }
   // ABLATE lp }
   // a diagonal block's four partial sums, added in channel-group order by its first invocation
+  // (three parts of eight vec4s for each of the C / 4 <= 16 diagonal blocks, past PREP_HALF)
   let parts = PREP_HALF + (rg * 3u + cg - 1u) * 8u;
   if (diagonal && inTriangle && cg > 0u) {
     prep[parts] = lt[0];
