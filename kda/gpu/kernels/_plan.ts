@@ -65,7 +65,7 @@ export function scanTile(
  * ```
  */
 export function chunkRanges(NC: number, perChunk: number): [number, number][] {
-  return rangesOf(NC, Math.floor((LOOP_BUDGET - 64) / perChunk));
+  return evenRanges(NC, Math.floor((LOOP_BUDGET - 64) / perChunk));
 }
 
 /**
@@ -78,10 +78,10 @@ export function chunkRanges(NC: number, perChunk: number): [number, number][] {
  * @example
  * ```ts
  * import assert from "node:assert/strict";
- * assert.deepEqual(rangesOf(5, 2), [[0, 2], [2, 4], [4, 5]]);
+ * assert.deepEqual(evenRanges(5, 2), [[0, 2], [2, 4], [4, 5]]);
  * ```
  */
-export function rangesOf(NC: number, chunksPer: number): [number, number][] {
+export function evenRanges(NC: number, chunksPer: number): [number, number][] {
   const per = Math.max(1, Math.floor(chunksPer));
   const ranges: [number, number][] = [];
   for (let n0 = 0; n0 < NC; n0 += per) ranges.push([n0, Math.min(NC, n0 + per)]);

@@ -25,7 +25,7 @@ import {
 } from "../../layout.ts";
 import { gpuDebug } from "../../_debug.ts";
 import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
-import { CC, chunkRanges, CK, CV, rangesOf, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
+import { CC, chunkRanges, CK, CV, evenRanges, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 
 /** Channels per staged slice of the pairwise products. */
 const LP_BLOCK = 8;
@@ -581,7 +581,7 @@ export const SPLIT: KernelSet = {
     // and row of the two r-slab operands per chunk (scan_backward.wgsl), under K + 3 C + 16
     const ranges = gpuDebug.scanChunks === null
       ? chunkRanges(plan.NC, plan.K + 3 * plan.C + 16)
-      : rangesOf(plan.NC, gpuDebug.scanChunks);
+      : evenRanges(plan.NC, gpuDebug.scanChunks);
     // a packed batch of empty sequences still runs one range, which copies h0 to ht
     return ranges.length > 0 ? ranges : [[0, 0]];
   },
