@@ -19,7 +19,8 @@ import {
   toGpu,
   toGpuInputs,
 } from "../mod.ts";
-import { gpuLiveBuffers } from "../kda/gpu/buffers.ts";
+import { gpuCreatedBytes, gpuLiveBuffers } from "../kda/gpu/buffers.ts";
+import { gpuBackward, gpuForward } from "../kda/gpu/mod.ts";
 import type { KdaDims, KdaProblem } from "../kda/_types.ts";
 import { bitsEqual, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
@@ -69,6 +70,55 @@ for (
     },
   );
 }
+
+gpuTest(
+  "kdaVjp() on GpuTensors leaves out the split set's output stage: the bits of a forward that " +
+    "returns o and its backward, with at least o's bytes fewer created",
+  async () => {
+    const dims = { B: 1, T: 128, H: 2, K: 32, V: 32 };
+    const { device, release } = await uploaded(dims, 23, true);
+    const { B, T, H, V } = dims;
+    const dout = await toGpu(
+      Float32Array.from({ length: B * T * H * V }, (_, i) => Math.cos(0.7 * i)),
+      [B, T, H, V],
+    );
+    // bytes created by a step from an empty pool (every buffer it needs, made new)
+    const cold = async <R>(step: () => Promise<R>): Promise<[R, number]> => {
+      gpuPool({ maxBytes: 0 });
+      gpuPool({ maxBytes: null });
+      const before = gpuCreatedBytes();
+      const result = await step();
+      return [result, gpuCreatedBytes() - before];
+    };
+    const options = { chunkSize: 64, kernels: "split" } as const;
+    const [withO, bytesWithO] = await cold(async () => {
+      const x = { ...device, scale: 1 / Math.sqrt(dims.K) };
+      const { o, ht, saved } = await gpuForward(x, { ...options, saveForBackward: true });
+      try {
+        return { o, ht, grads: await gpuBackward(saved!, { dout }) };
+      } finally {
+        saved!.release();
+      }
+    });
+    const [grads, bytes] = await cold(() =>
+      kdaVjp(device, { dout }, { arm: "gpu", strict: true, ...options })
+    );
+    try {
+      for (const name of GRADS) {
+        const a = await grads[name].read();
+        const b = await withO.grads[name].read();
+        assert.ok(bitsEqual(a, b), `${name} differs`);
+      }
+      // o is not made at all (and the forward's ht, which kdaVjp does not return, may be reused)
+      const oBytes = B * T * H * V * 4;
+      const fewer = bytesWithO - bytes;
+      if (!(fewer >= oBytes)) throw new Error(`created ${bytes} against ${bytesWithO} bytes`);
+    } finally {
+      releaseTensors(grads, withO.grads, withO, dout);
+      release();
+    }
+  },
+);
 
 gpuTest("a step on GpuTensors makes no host sync until the caller reads, then one", async () => {
   const { device, release } = await uploaded({ B: 1, T: 40, H: 2, K: 8, V: 8 }, 5, true);

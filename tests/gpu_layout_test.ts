@@ -238,14 +238,18 @@ Deno.test("every set's slices cover every chunk exactly once, and a per-slice bu
       }
     }
   }
-  // the split set's backward and gradient scratch at the benchmarked shape: six slices of 12
-  // chunks of each sequence (the last 4), under 512 MiB together
+  // the split set's gate sums and backward and gradient scratch at the benchmarked shape: eight
+  // slices of 8 chunks of each sequence, under 512 MiB together
   const split = kernelSet("split");
   const big = makePlan(split, { B: 8, T: 4096, H: 16, K: 128, V: 128 }, 64);
   const perSlice = split.buffers.filter((b) => b.perSlice === true);
-  assert.deepEqual(perSlice.map((b) => b.name), ["backward scratch", "gradient scratch"]);
+  assert.deepEqual(perSlice.map((b) => b.name), [
+    "gate sums",
+    "backward scratch",
+    "gradient scratch",
+  ]);
   const bytes = perSlice.reduce((n, b) => n + bufferElements(b, big) * 4, 0);
-  assert.deepEqual(big.slices.map(([n0, n1]) => n1 - n0), [96, 96, 96, 96, 96, 32]);
+  assert.deepEqual(big.slices.map(([n0, n1]) => n1 - n0), Array(8).fill(64));
   if (!(bytes <= 512 * 2 ** 20)) throw new Error(`the backward's scratch is ${bytes} bytes`);
 });
 

@@ -318,8 +318,13 @@ async function forward<A extends GpuArray>(
   const inKernel = x.inKernel;
   // without the final state, ht stays in the set's own buffers: no copy, no readback
   const finalState = inKernel?.finalState ?? true;
+  // and where the set computes o in stages of its own, it leaves them out (onlyOutputs)
+  const withO = keepOutputs || !device ||
+    !set.buffers.some((b) =>
+      b.onlyForOutputs === true && Object.values(b.arrays ?? {}).includes("o")
+    );
   const results = allocate(ctx, scratch, device && keepOutputs, {
-    o: [B, T, HV, V],
+    ...(withO ? { o: [B, T, HV, V] } : {}),
     ...(finalState ? { ht: [N, HV, K, V] } : {}),
   } as Record<"o" | "ht", number[]>);
   try {
@@ -355,7 +360,7 @@ async function forward<A extends GpuArray>(
       const input = glueIn(glue, scratch, layout, pre?.view ?? arrays);
       return {
         input: { view: input.view, passes: [...(pre?.passes ?? []), ...input.passes] },
-        output: glueOut(glue, scratch, layout, { o: results.o }),
+        output: glueOut(glue, scratch, layout, withO ? { o: results.o } : {}),
         saved: pre?.saved,
       };
     });
@@ -378,6 +383,7 @@ async function forward<A extends GpuArray>(
     const job = await ForwardJob.create(ctx, set, inView, {
       chunkSize: options.chunkSize,
       saveForBackward: save,
+      outputs: keepOutputs,
       targets: { ...made.output.view, ...(finalState ? { ht: results.ht } : {}) },
     });
     let saved: GpuSaved | undefined;

@@ -199,7 +199,7 @@ function makeBuffers(
   set: KernelSet,
   plan: Plan,
   lifetimes: readonly Lifetime[],
-  save: boolean,
+  want: { save: boolean; outputs: boolean },
   scratch: BufferSet,
   arrays: JobArrays,
   targets: JobArrays | undefined,
@@ -209,7 +209,8 @@ function makeBuffers(
   const copies: BufferCopy[] = [];
   for (const decl of set.buffers) {
     if (!lifetimes.includes(decl.lifetime)) continue;
-    if (decl.onlyWhenSaving === true && !save) continue;
+    if (decl.onlyWhenSaving === true && !want.save) continue;
+    if (decl.onlyForOutputs === true && !want.outputs) continue;
     if (decl.when !== undefined && !decl.when(plan)) continue;
     // A buffer that is one whole array binds the caller's buffer: no copy in or out.
     const [only] = Object.values(decl.arrays ?? {});
@@ -372,6 +373,7 @@ export class ForwardJob {
   #copiesIn: BufferCopy[];
   #bindGroups: Map<StageDecl, GPUBindGroup>;
   #targets: JobArrays;
+  #direction: DirectionDecl;
 
   private constructor(
     readonly ctx: GpuContext,
@@ -384,6 +386,7 @@ export class ForwardJob {
       bound: Bound;
       bindGroups: Map<StageDecl, GPUBindGroup>;
       targets: JobArrays;
+      direction: DirectionDecl;
     },
   ) {
     this.#scratch = parts.scratch;
@@ -391,6 +394,7 @@ export class ForwardJob {
     this.#copiesIn = parts.bound.copiesIn;
     this.#bindGroups = parts.bindGroups;
     this.#targets = parts.targets;
+    this.#direction = parts.direction;
   }
 
   /**
@@ -401,18 +405,29 @@ export class ForwardJob {
    * @param x The problem in the set's view (no grouped heads or packing it does not take), with
    *   GpuTensor arrays.
    * @param options chunkSize, saveForBackward, and the buffers for `o` and `ht` (results stay in
-   *   the job's own buffers without them).
+   *   the job's own buffers without them); `outputs: false` for a forward run only for its
+   *   backward, which then leaves out the stages that compute nothing but the outputs.
    * @returns The job.
    */
   static async create(
     ctx: GpuContext,
     set: KernelSet,
     x: KdaProblem<GpuTensor>,
-    options: { chunkSize: ChunkSize; saveForBackward?: boolean; targets?: JobArrays },
+    options: {
+      chunkSize: ChunkSize;
+      saveForBackward?: boolean;
+      targets?: JobArrays;
+      outputs?: boolean;
+    },
   ): Promise<ForwardJob> {
     const compiled = await ctx.compiled(set);
     const plan = makePlan(set, x, options.chunkSize);
     const save = options.saveForBackward === true;
+    const outputs = options.outputs !== false;
+    const direction: DirectionDecl = {
+      ...set.forward,
+      stages: set.forward.stages.filter((stage) => outputs || stage.onlyOutputs !== true),
+    };
     const flags = flagsOf(set, plan, { h0: x.h0 !== undefined, dht: false, save });
     const scratch = new BufferSet(ctx.device);
     const targets = options.targets ?? {};
@@ -427,16 +442,21 @@ export class ForwardJob {
           set,
           plan,
           lifetimes,
-          save,
+          { save, outputs },
           scratch,
           arrays,
           targets,
           buffers,
         );
-        const bindGroups = bindGroupsOf(ctx, compiled, set.forward, buffers, params, "kda forward");
+        const bindGroups = bindGroupsOf(ctx, compiled, direction, buffers, params, "kda forward");
         return { bound: { buffers, copiesIn }, bindGroups };
       });
-      return new ForwardJob(ctx, compiled, plan, x.scale, flags, { scratch, targets, ...made });
+      return new ForwardJob(ctx, compiled, plan, x.scale, flags, {
+        scratch,
+        targets,
+        direction,
+        ...made,
+      });
     } catch (error) {
       scratch.destroyAll();
       throw error;
@@ -460,7 +480,7 @@ export class ForwardJob {
       what: "gpuForward",
       compiled: this.compiled,
       plan: this.plan,
-      direction: set.forward,
+      direction: this.#direction,
       reverse: false,
       bindGroups: this.#bindGroups,
       copiesIn: this.#copiesIn,
@@ -591,7 +611,7 @@ export class BackwardJob {
           set,
           plan,
           ["backward"],
-          true,
+          { save: true, outputs: false },
           scratch,
           arrays,
           targets,

@@ -117,6 +117,11 @@ export interface BufferDecl {
   readonly arrays?: Readonly<Partial<Record<string, ArrayName>>>;
   /** A forward buffer needed only when a backward will follow (a placeholder is bound otherwise). */
   readonly onlyWhenSaving?: boolean;
+  /**
+   * A forward buffer needed only when the forward returns its outputs (a placeholder is bound
+   * otherwise): one that only {@linkcode StageDecl.onlyOutputs} stages use.
+   */
+  readonly onlyForOutputs?: boolean;
   /** Contents the buffer starts with, made from the plan (a chunk table, say). */
   readonly init?: (plan: Plan) => Uint32Array;
   /** Whether a call needs the buffer at all (default: always; else a placeholder is bound). */
@@ -157,6 +162,12 @@ export interface StageDecl {
   readonly uses?: readonly string[];
   /** Whether a call runs the stage at all (default: always). */
   readonly when?: (plan: Plan) => boolean;
+  /**
+   * Whether the stage computes nothing but the call's outputs, which a forward run only for its
+   * backward (a `kdaVjp` on device tensors, which returns no outputs) leaves out: nothing after
+   * it may read what it writes.
+   */
+  readonly onlyOutputs?: boolean;
 }
 
 /** One direction (forward or backward): its stages in order and which buffer each binding gets. */

@@ -148,10 +148,10 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     // the E_BLOCK block of the 4 rows: its first row and the row past its end
     let f = E_BLOCK * (r / E_BLOCK);
     let fEnd = min(f + E_BLOCK, cv);
-    let gh0 = work4K4(at.work + wG() + r * p.K, d);
-    let gl0 = work4K4(at.work + wGlo() + r * p.K, d);
-    let gh3 = work4K4(at.work + wG() + rc3 * p.K, d);
-    let gl3 = work4K4(at.work + wGlo() + rc3 * p.K, d);
+    let gh0 = gates4K4(at.gates + xG() + r * p.K, d);
+    let gl0 = gates4K4(at.gates + xGlo() + r * p.K, d);
+    let gh3 = gates4K4(at.gates + xG() + rc3 * p.K, d);
+    let gl3 = gates4K4(at.gates + xGlo() + rc3 * p.K, d);
     let lReg = at.gs + gL();
     let pReg = at.gs + gP();
 
@@ -161,7 +161,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var rp = mat4x4f();
     for (var j0 = 0u; j0 < f; j0 += E_BLOCK) {
       let jl = j0 + E_BLOCK - 1u;
-      let mid = coarseDecay4((gh0 - work4K4(at.work + wG() + jl * p.K, d)) + (gl0 - work4K4(at.work + wGlo() + jl * p.K, d)));
+      let mid = coarseDecay4((gh0 - gates4K4(at.gates + xG() + jl * p.K, d)) + (gl0 - gates4K4(at.gates + xGlo() + jl * p.K, d)));
       for (var s = j0; s <= jl; s++) {
         let ks = kK4(aK() + qrow(at, s) * p.K, d) * (gs4K4(at.gs + gW() + s * p.K, d) * mid);
         rl = tileFma(rl, gs4At4(lReg + s, blk4.rows * p.C), ks);
@@ -169,8 +169,8 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       }
     }
     for (var s = f; s < r; s++) {
-      let gS4 = work4K4(at.work + wG() + s * p.K, d);
-      let gls4 = work4K4(at.work + wGlo() + s * p.K, d);
+      let gS4 = gates4K4(at.gates + xG() + s * p.K, d);
+      let gls4 = gates4K4(at.gates + xGlo() + s * p.K, d);
       let ks = kK4(aK() + qrow(at, s) * p.K, d) * coarseDecay4((gh0 - gS4) + (gl0 - gls4));
       rl = tileFma(rl, gs4At4(lReg + s, blk4.rows * p.C), ks);
       rp = tileFma(rp, gs4At4(pReg + s, blk4.rows * p.C), ks);
@@ -182,7 +182,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     var cp = mat4x4f();
     for (var rr = rc3 + 1u; rr < fEnd; rr++) {
       let e = coarseDecay4(
-        (work4K4(at.work + wG() + rr * p.K, d) - gh3) + (work4K4(at.work + wGlo() + rr * p.K, d) - gl3),
+        (gates4K4(at.gates + xG() + rr * p.K, d) - gh3) + (gates4K4(at.gates + xGlo() + rr * p.K, d) - gl3),
       );
       let ke = beta[aBeta() + vrow(at, rr)] * kK4(aK() + qrow(at, rr) * p.K, d) * e;
       let qe = qK4(aQ() + qrow(at, rr) * p.K, d) * e;
@@ -190,7 +190,7 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       cp = tileFma(cp, gs4At4(pReg + rr * p.C, blk4.rows), qe);
     }
     for (var i0 = fEnd; i0 < cv; i0 += E_BLOCK) {
-      let mid = coarseDecay4((work4K4(at.work + wG() + i0 * p.K, d) - gh3) + (work4K4(at.work + wGlo() + i0 * p.K, d) - gl3));
+      let mid = coarseDecay4((gates4K4(at.gates + xG() + i0 * p.K, d) - gh3) + (gates4K4(at.gates + xGlo() + i0 * p.K, d) - gl3));
       let i1 = min(i0 + E_BLOCK, cv);
       for (var rr = i0; rr < i1; rr++) {
         let e = gs4K4(at.gs + gA() + rr * p.K, d) * mid;
@@ -202,10 +202,10 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
     }
 
     // the block's own rows, loaded after the long loops (fewer registers held through them)
-    let gh1 = work4K4(at.work + wG() + rc1 * p.K, d);
-    let gh2 = work4K4(at.work + wG() + rc2 * p.K, d);
-    let gl1 = work4K4(at.work + wGlo() + rc1 * p.K, d);
-    let gl2 = work4K4(at.work + wGlo() + rc2 * p.K, d);
+    let gh1 = gates4K4(at.gates + xG() + rc1 * p.K, d);
+    let gh2 = gates4K4(at.gates + xG() + rc2 * p.K, d);
+    let gl1 = gates4K4(at.gates + xGlo() + rc1 * p.K, d);
+    let gl2 = gates4K4(at.gates + xGlo() + rc2 * p.K, d);
     // the six pairs inside the block, e_ij = e^{G_i - G_j}, i > j
     let e10 = coarseDecay4((gh1 - gh0) + (gl1 - gl0));
     let e20 = coarseDecay4((gh2 - gh0) + (gl2 - gl0));
@@ -267,8 +267,8 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
       cl[2] += b3 * gs4F(lReg + rc3 * p.C + rc2) * k3 * e32;
       cp[2] += gs4F(pReg + rc3 * p.C + rc2) * q3 * e32;
     }
-    let ghL = work4K4(at.work + wG() + last * p.K, d);
-    let glL = work4K4(at.work + wGlo() + last * p.K, d);
+    let ghL = gates4K4(at.gates + xG() + last * p.K, d);
+    let glL = gates4K4(at.gates + xGlo() + last * p.K, d);
     elementwiseGrads(at, row0, r, d, cv, k0, q0, gh0, gl0, ghL, glL, rl[0], rp[0], cl[0], cp[0]);
     if (v1) {
       elementwiseGrads(at, row1, rc1, d, cv, k1, q1, gh1, gl1, ghL, glL, rl[1], rp[1], cl[1], cp[1]);

@@ -84,8 +84,13 @@ struct ChunkAt {
   hq: u32,
   t0: u32,
   cv: u32,
-  // where the (chunk, head) block starts in each per-chunk buffer
+  // where the (chunk, head) block starts in each per-chunk buffer (in gates, bw and gs: its block
+  // of the slice, in a sliced stage only)
   work: u32,
+  kd: u32,
+  qg: u32,
+  glo: u32,
+  gates: u32,
   u: u32,
   tri: u32,
   states: u32,
@@ -105,6 +110,10 @@ fn chunkOf(c: u32, h: u32) -> ChunkAt {
     chunks[i + 1u],
     chunks[i + 2u],
     wid * workSize(),
+    wid * kdSize(),
+    wid * qgSize(),
+    wid * gloSize(),
+    wid * gatesSize(),
     wid * uSize(),
     wid * triSize(),
     wid * stateSize(),
@@ -114,8 +123,8 @@ fn chunkOf(c: u32, h: u32) -> ChunkAt {
 }
 
 // The block of the (chunk, head) at position pos of slice order in the per-slice buffers of a
-// sliced stage (mod.ts): its slice is the positions [range.n0, range.n1), and the backward and
-// gradient scratch hold the blocks of that slice alone, from its first position
+// sliced stage (mod.ts): its slice is the positions [range.n0, range.n1), and the gate sums and
+// the backward and gradient scratch hold the blocks of that slice alone, from its first position
 fn sliceBlock(pos: u32, h: u32) -> u32 {
   return (pos - range.n0) * p.H + h;
 }
@@ -124,6 +133,7 @@ fn sliceBlock(pos: u32, h: u32) -> u32 {
 fn slicedChunkOf(pos: u32, h: u32) -> ChunkAt {
   var at = chunkOf(chunks[tOrder() + pos], h);
   let block = sliceBlock(pos, h);
+  at.gates = block * gatesSize();
   at.bw = block * bwSize();
   at.gs = block * gsSize();
   return at;

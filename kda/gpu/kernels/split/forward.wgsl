@@ -112,23 +112,39 @@ fn scanSlabs() -> ScanSlabs {
   return ScanSlabs(k4, dw4, (k4 + dw4 - 1u) / dw4, rk, (p.C + rk - 1u) / rk, qp, (c4 + qp - 1u) / qp);
 }
 
-// This invocation's vec4 of d-slab i of the C x K operand whose row 0 is at `rows` (zero past cv
-// and past K).
-fn dSlabLoad(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> vec4f {
-  let r = lid / sl.dw4;
-  if (r >= cv) {
-    return vec4f(0.0);
-  }
-  return work4K4(rows + r * p.K, 4u * (i * sl.dw4 + lid % sl.dw4));
+// Where this invocation's vec4 of a slab lies in its C x K operand: the row's offset and the
+// channel, and whether it is read at all (the slab holds zeros past cv and past K).
+struct SlabAt {
+  row: u32,
+  d: u32,
+  live: bool,
 }
 
-// This invocation's vec4 of r-slab i (zero past cv and past K).
-fn rSlabLoad(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> vec4f {
+// This invocation's vec4 of d-slab i of the C x K operand whose row 0 is at `rows`.
+fn dSlabAt(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> SlabAt {
+  let r = lid / sl.dw4;
+  return SlabAt(rows + r * p.K, 4u * (i * sl.dw4 + lid % sl.dw4), r < cv);
+}
+
+// This invocation's vec4 of r-slab i.
+fn rSlabAt(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> SlabAt {
   let r = i * sl.rk + lid / sl.k4;
-  if (lid >= sl.rk * sl.k4 || r >= cv) {
+  return SlabAt(rows + r * p.K, 4u * (lid % sl.k4), lid < sl.rk * sl.k4 && r < cv);
+}
+
+// A slab's vec4 from each of the buffers the scans stream (a storage buffer cannot be passed)
+fn work4Slab(a: SlabAt) -> vec4f {
+  if (!a.live) {
     return vec4f(0.0);
   }
-  return work4K4(rows + r * p.K, 4u * (lid % sl.k4));
+  return work4K4(a.row, a.d);
+}
+
+fn kd4Slab(a: SlabAt) -> vec4f {
+  if (!a.live) {
+    return vec4f(0.0);
+  }
+  return kd4K4(a.row, a.d);
 }
 
 // Rows ra and rb of a row tile: two vec4s.
@@ -213,11 +229,10 @@ fn forwardStartRow(at: ScanAt, d: u32, fromFirst: bool, hasH0: bool) -> vec4f {
 
 // Slab i of a forward chunk: the d-slabs of W, then the r-slabs of Kd.
 fn forwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
-  let base = ch.wid * workSize();
   if (i < sl.nD) {
-    return dSlabLoad(sl, base + wW(), ch.cv, i, lid);
+    return work4Slab(dSlabAt(sl, ch.wid * workSize() + wW(), ch.cv, i, lid));
   }
-  return rSlabLoad(sl, base + wKd(), ch.cv, i - sl.nD, lid);
+  return kd4Slab(rSlabAt(sl, ch.wid * kdSize() + dKd(), ch.cv, i - sl.nD, lid));
 }
 
 // newValues and stateScan per chunk: Vn = U - W S over the W slabs (S in the state tile), then
@@ -349,7 +364,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         let rows = 4u * (e / MM_SLICE) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
-          value = select(vec4f(0.0), work4At4(at.work + wQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
+          value = select(vec4f(0.0), qg4At4(at.qg + qQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
         }
         tileA[dd * 16u + e / MM_SLICE] = value;
       }

@@ -307,10 +307,10 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let d = 4u * (e % nDG);
     let f = E_BLOCK * (r / E_BLOCK);
     let eb = min(f + E_BLOCK - 1u, last);
-    let gh = work4K4(at.work + wG() + r * p.K, d);
-    let gl = work4K4(at.work + wGlo() + r * p.K, d);
-    let fw = coarseDecay4((work4K4(at.work + wG() + eb * p.K, d) - gh) + (work4K4(at.work + wGlo() + eb * p.K, d) - gl));
-    let aw = coarseDecay4((gh - work4K4(at.work + wG() + f * p.K, d)) + (gl - work4K4(at.work + wGlo() + f * p.K, d)));
+    let gh = gates4K4(at.gates + xG() + r * p.K, d);
+    let gl = gates4K4(at.gates + xGlo() + r * p.K, d);
+    let fw = coarseDecay4((gates4K4(at.gates + xG() + eb * p.K, d) - gh) + (gates4K4(at.gates + xGlo() + eb * p.K, d) - gl));
+    let aw = coarseDecay4((gh - gates4K4(at.gates + xG() + f * p.K, d)) + (gl - gates4K4(at.gates + xGlo() + f * p.K, d)));
     gsStoreRow(at.gs + gW(), r, d, fw, cv, p.K);
     gsStoreRow(at.gs + gA(), r, d, aw, cv, p.K);
   }

@@ -371,8 +371,8 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   for (var e = lid; e < cv * KQ; e += WG) {
     let r = e / KQ;
     let d = 4u * (e % KQ);
-    let row = at.work + r * p.K;
-    let gamma = coarseDecay4(work4K4(wG() + row, d) + work4K4(wGlo() + row, d));
+    let row = at.gates + r * p.K;
+    let gamma = coarseDecay4(gates4K4(xG() + row, d) + gates4K4(xGlo() + row, d));
     gsStoreRow(at.gs + gG(), r, d, kK4(aK() + qrow(at, r) * p.K, d) * gamma, cv, p.K);
   }
   // ABLATE bKg }

@@ -9,8 +9,8 @@
 // head for grouped value heads (the gradients of each group summed by a stage of its own). A stage
 // that only reads one of the set's per-chunk buffers reads it through a vec4 view (docs/kda.md
 // 3.2), and the backward runs slice by slice over the chunks from the last (its scan on the slice,
-// then its chunk-parallel stages), so that its backward and gradient scratch stay under SLICE_BUDGET
-// (docs/kda.md 3.3).
+// then its chunk-parallel stages), so that its gate sums and backward and gradient scratch stay
+// under a budget (SLICE_BUDGET, docs/kda.md 3.3).
 
 import type { ChunkSize, KdaDims } from "../../../_types.ts";
 import type { AccessorDecl } from "../../accessors.ts";
@@ -82,10 +82,15 @@ const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
 /** Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). */
 const E_BLOCK = 16;
 /**
- * Bytes of backward and gradient scratch (BW and GS) the backward holds at once: it runs slice by
- * slice over the chunks when the whole scratch would be larger (2.8 GB at (8, 4096, 16, 128)).
+ * Bytes of per-slice buffers (GATES, BW and GS) the backward holds at once, as a share of the
+ * call: twice one of its per-chunk C x K tensors (so that a cold kdaVjp's footprint scales with
+ * the problem: 1.46 GB at (4, 4096, 16, 128)), at least SLICE_FLOOR (a small problem runs in one
+ * slice) and at most SLICE_BUDGET. The backward runs slice by slice over the chunks when the whole
+ * scratch would be larger (4.0 GB at (8, 4096, 16, 128)).
  */
 const SLICE_BUDGET = 512 * 2 ** 20;
+const SLICE_FLOOR = 128 * 2 ** 20;
+const SLICE_SHARE = 2;
 /** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
 const GRID_X = 32768;
 
@@ -108,23 +113,58 @@ function arrayBuffer(
 }
 
 /**
- * The forward's per-chunk work, one block per (chunk, head): G as hi + lo (the shared gate sums),
- * W, Kd = K ⊙ e^{G_C − G}, Qg = scale Q ⊙ e^G, and Gam = e^{G_C}.
+ * The forward's per-chunk work that a saved forward keeps, one block per (chunk, head): W, and Gam
+ * = e^{G_C}. The gate sums and the gated q and k (Kd, Qg) are not kept: the forward's Kd and Qg
+ * live in buffers of their own (KD, QG) that the forward alone reads, and the backward forms the
+ * gate sums, Kd and Qg again slice by slice (GATES), with the bits chunkPrep gave them.
  */
 export const WORK: RegionTable = {
   prefix: "w",
   sizeFn: "workSize",
-  regions: [...ofSize(CK, "G", "Glo", "W", "Kd", "Qg"), { name: "Gam", size: [[1, "K"]] }],
+  regions: [{ name: "W", size: CK }, { name: "Gam", size: [[1, "K"]] }],
+};
+
+/** Kd = K ⊙ e^{G_C − G} per chunk, which only the forward scan reads in the forward. */
+export const KD: RegionTable = {
+  prefix: "d",
+  sizeFn: "kdSize",
+  regions: [{ name: "Kd", size: CK }],
+};
+
+/** Qg = scale Q ⊙ e^G per chunk, which only chunkOutput reads in the forward. */
+export const QG: RegionTable = {
+  prefix: "q",
+  sizeFn: "qgSize",
+  regions: [{ name: "Qg", size: CK }],
 };
 
 /**
- * U = T diag(beta) V per chunk, which only the forward scan reads: a buffer of the forward alone,
- * so that a saved forward does not keep it.
+ * The backward's gate sums (G as hi + lo), Kd and Qg, for one slice of the chunks at a time:
+ * gateFactors forms them from g, k and q at the start of each slice, as chunkPrep formed them, so
+ * that the backward reads the forward's bits without a saved forward keeping them.
+ */
+export const GATES: RegionTable = {
+  prefix: "x",
+  sizeFn: "gatesSize",
+  regions: ofSize(CK, "G", "Glo", "Kd", "Qg"),
+};
+
+/**
+ * U = T diag(beta) V per chunk, which only the forward scan reads: a buffer of the forward alone.
+ * Until chunkPrep's last products replace it with U, a block holds the chunk's gate sums' high
+ * parts ([C, K]; U_SPARE floats more where K > V), which only chunkPrep reads.
  */
 export const UWORK: RegionTable = {
   prefix: "u",
   sizeFn: "uSize",
-  regions: [{ name: "U", size: CV }],
+  regions: [{ name: "U", size: [...CV, [1, "U_SPARE"]] }],
+};
+
+/** The low parts of the gate sums per chunk, which only chunkPrep reads. */
+export const GLO: RegionTable = {
+  prefix: "l",
+  sizeFn: "gloSize",
+  regions: [{ name: "Glo", size: CK }],
 };
 
 /**
@@ -231,11 +271,15 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["load", "dqh", "K"],
   ["load", "dkh", "K"],
   // the per-chunk buffers as the stages that only read them see them: vec4 views
-  ...(["work4", "tri4", "states4", "bw4", "gs4"] as const).flatMap((view) => [
-    ["element", view, "K"] as const,
-    ["gatherVec", view, "K"] as const,
-  ]),
-  ...(["work4", "states4", "bw4", "gs4"] as const).map((view) => ["loadVec", view, "K"] as const),
+  ...(["work4", "kd4", "qg4", "gates4", "tri4", "states4", "bw4", "gs4"] as const).map((view) =>
+    ["element", view, "K"] as const
+  ),
+  ...(["qg4", "tri4", "states4", "bw4", "gs4"] as const).map((view) =>
+    ["gatherVec", view, "K"] as const
+  ),
+  ...(["work4", "kd4", "gates4", "states4", "bw4", "gs4"] as const).map((view) =>
+    ["loadVec", view, "K"] as const
+  ),
   ...(["u4", "states4", "bw4"] as const).map((view) => ["loadVec", view, "V"] as const),
   ["element", "u4", "V"],
   ["store", "states", "K"],
@@ -257,7 +301,8 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["gather", "k", "K"],
   ["gather", "v", "K"],
   ["gather", "beta", "K"],
-  ["gather", "work", "K"],
+  ["gather", "u", "K"],
+  ["gather", "glo", "K"],
   ["gather", "dout", "K"],
   ["gather", "gs", "K"],
   ["storeRows", "work", "K"],
@@ -352,6 +397,7 @@ export const SPLIT: KernelSet = {
     "VT",
     "nVT",
     "BW_SPARE",
+    "U_SPARE",
     "flags",
     "scale",
   ],
@@ -359,7 +405,7 @@ export const SPLIT: KernelSet = {
     arrayBuffer("q", "q", TOKQ, "saved"),
     arrayBuffer("k", "k", TOKQ, "saved"),
     arrayBuffer("v", "v", TOKV, "saved"),
-    arrayBuffer("g", "g", TOKK, "forward"),
+    arrayBuffer("g", "g", TOKK, "saved"),
     arrayBuffer("beta", "beta", TOKB, "saved"),
     arrayBuffer("h0", "h0", STATE, "forward"),
     {
@@ -371,13 +417,24 @@ export const SPLIT: KernelSet = {
       init: chunkTable,
     },
     { name: "work", table: WORK, perChunk: true, dtype: "f32", lifetime: "saved" },
+    { name: "kd", table: KD, perChunk: true, dtype: "f32", lifetime: "forward" },
+    { name: "qg", table: QG, perChunk: true, dtype: "f32", lifetime: "forward" },
     { name: "u", table: UWORK, perChunk: true, dtype: "f32", lifetime: "forward" },
+    { name: "glo", table: GLO, perChunk: true, dtype: "f32", lifetime: "forward" },
     { name: "tri", table: TRI, perChunk: true, dtype: "f32", lifetime: "saved" },
     { name: "states", table: STATES, perChunk: true, dtype: "f32", lifetime: "saved" },
-    arrayBuffer("o", "o", TOKV, "forward"),
+    { ...arrayBuffer("o", "o", TOKV, "forward"), onlyForOutputs: true },
     arrayBuffer("ht", "ht", STATE, "forward"),
     arrayBuffer("dout", "dout", TOKV, "backward"),
     arrayBuffer("dht", "dht", STATE, "backward"),
+    {
+      name: "gate sums",
+      table: GATES,
+      perChunk: true,
+      perSlice: true,
+      dtype: "f32",
+      lifetime: "backward",
+    },
     {
       name: "backward scratch",
       table: BW,
@@ -426,7 +483,11 @@ export const SPLIT: KernelSet = {
     })),
     { name: "chunks", type: "read-only-storage", wgsl: "array<u32>", doc: "the chunk table" },
     { name: "work", type: "storage", wgsl: "array<f32>", doc: "WORK per chunk" },
+    { name: "kd", type: "storage", wgsl: "array<f32>", doc: "Kd per chunk" },
+    { name: "qg", type: "storage", wgsl: "array<f32>", doc: "Qg per chunk" },
+    { name: "gates", type: "storage", wgsl: "array<f32>", doc: "GATES per chunk of a slice" },
     { name: "u", type: "storage", wgsl: "array<f32>", doc: "U per chunk" },
+    { name: "glo", type: "storage", wgsl: "array<f32>", doc: "G's low parts per chunk" },
     { name: "tri", type: "storage", wgsl: "array<f32>", doc: "TRI per chunk" },
     { name: "states", type: "storage", wgsl: "array<f32>", doc: "STATES per chunk" },
     { name: "o", type: "storage", wgsl: "array<f32>", doc: "o" },
@@ -437,7 +498,7 @@ export const SPLIT: KernelSet = {
     { name: "gs", type: "storage", wgsl: "array<f32>", doc: "GS per chunk" },
     // the per-chunk buffers as vec4s, for the stages that only read them (a buffer the package
     // makes is whole vec4s: buffers.ts)
-    ...["work", "u", "tri", "states", "bw", "gs"].map((name) => ({
+    ...["work", "kd", "qg", "gates", "u", "tri", "states", "bw", "gs"].map((name) => ({
       name: `${name}4`,
       type: "read-only-storage" as const,
       wgsl: "array<vec4f>",
@@ -456,19 +517,20 @@ export const SPLIT: KernelSet = {
       {
         entry: "chunkPrep",
         grid: chunkGrid,
-        uses: ["q", "k", "v", "g", "beta", "chunks", "work", "u", "tri"],
+        uses: ["q", "k", "v", "g", "beta", "chunks", "work", "kd", "qg", "u", "glo", "tri"],
         sections: ["cumsum", "lp", "subst", "wu", "factors"],
       },
       {
         entry: "stateScan",
         grid: scanGrid,
         scan: true,
-        uses: ["h0", "chunks", "work4", "u4", "states", "ht"],
+        uses: ["h0", "chunks", "work4", "kd4", "u4", "states", "ht"],
       },
       {
         entry: "chunkOutput",
         grid: chunkGrid,
-        uses: ["chunks", "work4", "tri4", "states4", "o"],
+        onlyOutputs: true,
+        uses: ["chunks", "qg4", "tri4", "states4", "o"],
       },
     ],
     bind: {
@@ -481,8 +543,13 @@ export const SPLIT: KernelSet = {
       chunks: "chunk table",
       work: "work",
       work4: "work",
+      kd: "kd",
+      kd4: "kd",
+      qg: "qg",
+      qg4: "qg",
       u: "u",
       u4: "u",
+      glo: "glo",
       tri: "tri",
       tri4: "tri",
       states: "states",
@@ -494,18 +561,24 @@ export const SPLIT: KernelSet = {
   backward: {
     stages: [
       {
+        entry: "gateFactors",
+        grid: sliceGrid,
+        sliced: true,
+        uses: ["q", "k", "g", "chunks", "gates"],
+      },
+      {
         entry: "stateScanBackward",
         grid: scanGrid,
         scan: true,
         sliced: true,
-        uses: ["chunks", "work4", "tri4", "dout", "dht", "bw", "dh0"],
+        uses: ["chunks", "work4", "gates4", "tri4", "dout", "dht", "bw", "dh0"],
       },
       {
         entry: "chunkGradsV",
         grid: sliceGrid,
         sliced: true,
         uses: [
-          ...["k", "v", "beta", "chunks", "work4", "tri4", "states4", "dout", "bw4"],
+          ...["k", "v", "beta", "chunks", "gates4", "tri4", "states4", "dout", "bw4"],
           ...["gs", "dv"],
         ],
         sections: ["bA", "bKg", "bPM", "bdV"],
@@ -514,7 +587,7 @@ export const SPLIT: KernelSet = {
         entry: "chunkGradsK",
         grid: sliceGrid,
         sliced: true,
-        uses: ["beta", "chunks", "work4", "tri4", "gs"],
+        uses: ["beta", "chunks", "gates4", "tri4", "gs"],
         sections: ["bdT", "bKb", "bEf", "bC", "bD"],
       },
       {
@@ -522,7 +595,7 @@ export const SPLIT: KernelSet = {
         grid: sliceGrid,
         sliced: true,
         uses: [
-          ...["q", "k", "beta", "chunks", "work4", "gs4", "bw"],
+          ...["q", "k", "beta", "chunks", "gates4", "gs4", "bw"],
           ...["dq", "dk", "dg", "dqh", "dkh"],
         ],
         sections: ["bE"],
@@ -540,6 +613,7 @@ export const SPLIT: KernelSet = {
       q: "q",
       k: "k",
       v: "v",
+      g: "g",
       beta: "beta",
       chunks: "chunk table",
       work: "work",
@@ -548,6 +622,8 @@ export const SPLIT: KernelSet = {
       tri4: "tri",
       states: "states",
       states4: "states",
+      gates: "gate sums",
+      gates4: "gate sums",
       dout: "dout",
       dht: "dht",
       bw: "backward scratch",
@@ -574,6 +650,8 @@ export const SPLIT: KernelSet = {
       }),
       // Stage E's two [C, K] blocks in bw, beyond dVn and dS'
       BW_SPARE: Math.max(0, 2 * C * K - C * V - K * V),
+      // the gate sums' high parts in U's block, beyond U
+      U_SPARE: Math.max(0, C * (K - V)),
     };
   },
   scanRanges(plan: Plan) {
@@ -586,10 +664,15 @@ export const SPLIT: KernelSet = {
     return ranges.length > 0 ? ranges : [[0, 0]];
   },
   sliceChunks(plan) {
-    // as many chunks as SLICE_BUDGET bytes of the backward and gradient scratch (BW and GS) hold
-    const perChunk = plan.H *
-      bytesOf(tableOffsets(GS, plan.dims).total + tableOffsets(BW, plan.dims).total, "f32");
-    return Math.floor((gpuDebug.sliceBytes ?? SLICE_BUDGET) / perChunk);
+    // as many chunks as SLICE_BUDGET bytes of the gate sums and the backward and gradient scratch
+    // (GATES, BW and GS) hold
+    const perChunk = plan.H * bytesOf(
+      [GATES, GS, BW].reduce((sum, table) => sum + tableOffsets(table, plan.dims).total, 0),
+      "f32",
+    );
+    const share = SLICE_SHARE * bytesOf(plan.NCT * plan.H * plan.C * plan.K, "f32");
+    const budget = Math.min(SLICE_BUDGET, Math.max(SLICE_FLOOR, share));
+    return Math.floor((gpuDebug.sliceBytes ?? budget) / perChunk);
   },
   whyNot: () => null,
 };

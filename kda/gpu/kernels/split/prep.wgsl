@@ -81,6 +81,43 @@ fn csStage(lid: u32, s: CsAhead, cv: u32) {
   csStageOne(lid + 3u * WG, s.v3, cv);
 }
 
+// The running sums of a slice's channel (d0 + lid % CS_BLOCK) at the start of this invocation's
+// part (before) and over the chunk (total): each of the channel's WG / CS_BLOCK parts sums its
+// rows r0..r1 from prep, and the parts' totals meet in prep. Integer sums are exact, so a part that
+// restarts from the sum of the parts before it gives the bits of one pass.
+struct GateParts {
+  before: GateSum,
+  total: GateSum,
+}
+
+fn gateParts(lid: u32, r0: u32, r1: u32) -> GateParts {
+  let csd = lid % CS_BLOCK;
+  let part = lid / CS_BLOCK;
+  var acc = GateSum(0i, 0u);
+  for (var r = r0; r < r1; r++) {
+    acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
+  }
+  prep[CS_TOTALS + lid] = gateSumPack(acc);
+  workgroupBarrier();
+  var total = GateSum(0i, 0u);
+  var before = GateSum(0i, 0u);
+  for (var j = 0u; j < WG / CS_BLOCK; j++) {
+    if (j == part) {
+      before = total;
+    }
+    total = gateSumJoin(total, gateSumUnpack(prep[CS_TOTALS + j * CS_BLOCK + csd]));
+  }
+  return GateParts(before, total);
+}
+
+// e^{G_r} and e^{G_C - G_r} of a row's running sum G_r in a chunk of sum G_C (gateFactors). G_C -
+// G_r is the integer sum of the gates after row r, exact before its one rounding: formed from the
+// floats hi and lo, a compiler may regroup it around the G_r beside it (e^{G_r}) and lose it.
+fn gateDecays(total: GateSum, acc: GateSum) -> vec2f {
+  let rest = gateSumSub(total, acc);
+  return decay4(vec4f(gateSumHi(acc) + gateSumLo(acc), gateSumHi(rest) + gateSumLo(rest), 0.0, 0.0)).xy;
+}
+
 // The substitution matrix in prep (floats): T_ij at i SUB + j below the diagonal, L_ij (and then
 // the blocks Z of the blocked inverse) at j SUB + i above it. The stride is padded by one float so
 // that a warp reading down a column of either triangle touches 32 different banks.
@@ -235,11 +272,11 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let last = cv - 1u;
 
   // gateCumsum: G_r = sum_{s <= r} g_s per channel in token order, in fixed point (gateSumAdd),
-  // over slices of CS_BLOCK channels staged in prep. Each of a channel's eight parts sums its rows
-  // from workgroup memory, the totals meet in prep, and each part then restarts from the sum of the
-  // parts before it. Integer sums are exact, so the bits are those of one pass, and G_C (the sum
-  // of all parts) is known to every part: gateFactors runs in the same pass, with no second read
-  // of G from memory.
+  // over slices of CS_BLOCK channels staged in prep (gateParts). G_C (the sum of all parts) is
+  // known to every part: gateFactors runs in the same pass, with no second read of G from memory.
+  // G's high part goes to U's block, which holds nothing else until the end of the stage (U
+  // replaces it there once the pairwise products have read it), and its low part to a buffer of
+  // the forward's own: the gate sums are not kept (the backward forms them again, gateFactors).
   let rp = p.C / (WG / CS_BLOCK);
   let csd = lid % CS_BLOCK;
   let part = lid / CS_BLOCK;
@@ -255,43 +292,28 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     csNext = csSlice(at, d0 + CS_BLOCK, lid);
     let r0 = min(part * rp, cv);
     let r1 = min(r0 + rp, cv);
-    var acc = GateSum(0i, 0u);
-    for (var r = r0; r < r1; r++) {
-      acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
-    }
-    prep[CS_TOTALS + lid] = gateSumPack(acc);
-    workgroupBarrier();
-    var total = GateSum(0i, 0u);
-    acc = GateSum(0i, 0u);
-    for (var j = 0u; j < WG / CS_BLOCK; j++) {
-      if (j == part) {
-        acc = total;
-      }
-      total = gateSumJoin(total, gateSumUnpack(prep[CS_TOTALS + j * CS_BLOCK + csd]));
-    }
+    let parts = gateParts(lid, r0, r1);
+    var acc = parts.before;
     if (d < p.K) {
       for (var r = r0; r < r1; r++) {
         acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
         let hi = gateSumHi(acc);
         let lo = gateSumLo(acc);
-        let i = at.work + r * p.K + d;
-        work[wG() + i] = hi;
-        work[wGlo() + i] = lo;
+        let i = r * p.K + d;
+        u[at.u + uU() + i] = hi;
+        glo[at.glo + lGlo() + i] = lo;
         // gateFactors: Qg = scale Q (.) Gamma, Kd = K (.) e^{G_C - G}, and K (.) Gamma left in W
-        // (the right operand W's product stages, before W replaces it). G_C - G_r is the integer
-        // sum of the gates after row r, exact before its one rounding: formed from the floats hi
-        // and lo, a compiler may regroup it around the G_r beside it (e^{G_r}) and lose it.
+        // (the right operand W's product stages, before W replaces it)
         // ABLATE factors {
-        let rest = gateSumSub(total, acc);
-        let f = decay4(vec4f(hi + lo, gateSumHi(rest) + gateSumLo(rest), 0.0, 0.0));
+        let f = gateDecays(parts.total, acc);
         let kv = prepF(CS_K + r * CS_BLOCK + csd);
-        work[wQg() + i] = p.scale * prepF(CS_Q + r * CS_BLOCK + csd) * f.x;
-        work[wKd() + i] = kv * f.y;
-        work[wW() + i] = kv * f.x;
+        qg[at.qg + qQg() + i] = p.scale * prepF(CS_Q + r * CS_BLOCK + csd) * f.x;
+        kd[at.kd + dKd() + i] = kv * f.y;
+        work[at.work + wW() + i] = kv * f.x;
         // ABLATE factors }
       }
       if (part == 0u) {
-        work[at.work + wGam() + d] = decay(gateSumHi(total) + gateSumLo(total));
+        work[at.work + wGam() + d] = decay(gateSumHi(parts.total) + gateSumLo(parts.total));
       }
     }
     // the next slice overwrites the staged rows and the totals
@@ -360,8 +382,8 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         let tok = qrow4(at, rows) * p.K;
         k4 = kAt4(aK() + d, tok);
         q4 = qAt4(aQ() + d, tok);
-        gh = workAt4(at.work + wG() + d, rows * p.K);
-        gl = workAt4(at.work + wGlo() + d, rows * p.K);
+        gh = uAt4(at.u + uU() + d, rows * p.K);
+        gl = gloAt4(at.glo + lGlo() + d, rows * p.K);
       }
       let fa = decay4((gh - vec4f(gh.x)) + (gl - vec4f(gl.x)));
       let fe = decay4((vec4f(gh.w) - gh) + (vec4f(gl.w) - gl));
@@ -615,4 +637,47 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     }
   }
   // ABLATE wu }
+}
+
+// ---- gateFactors: the backward's gate sums ----
+
+// A saved forward keeps neither the gate sums nor Kd and Qg. At the start of each slice the
+// backward forms them again into the slice's gate sums (GATES, its block at the chunk's position),
+// with chunkPrep's sums over the same staged slices and the same decays, so their bits are the
+// ones the forward computed with: its cumsum loop with other stores (a storage buffer cannot be
+// passed to a function, and chunkPrep's buffers are the forward's alone).
+@compute @workgroup_size(256)
+fn gateFactors(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let pos = range.n0 + chunkIndex(wg);
+  if (pos >= range.n1) {
+    return;
+  }
+  let at = slicedChunkOf(pos, wg.z);
+  let cv = at.cv;
+  let rp = p.C / (WG / CS_BLOCK);
+  let csd = lid % CS_BLOCK;
+  let part = lid / CS_BLOCK;
+  var csNext = csSlice(at, 0u, lid);
+  for (var d0 = 0u; d0 < p.K; d0 += CS_BLOCK) {
+    let d = d0 + csd;
+    csStage(lid, csNext, cv);
+    workgroupBarrier();
+    csNext = csSlice(at, d0 + CS_BLOCK, lid);
+    let r0 = min(part * rp, cv);
+    let r1 = min(r0 + rp, cv);
+    let parts = gateParts(lid, r0, r1);
+    var acc = parts.before;
+    if (d < p.K) {
+      for (var r = r0; r < r1; r++) {
+        acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
+        let i = at.gates + r * p.K + d;
+        let f = gateDecays(parts.total, acc);
+        gates[xG() + i] = gateSumHi(acc);
+        gates[xGlo() + i] = gateSumLo(acc);
+        gates[xQg() + i] = p.scale * prepF(CS_Q + r * CS_BLOCK + csd) * f.x;
+        gates[xKd() + i] = prepF(CS_K + r * CS_BLOCK + csd) * f.y;
+      }
+    }
+    workgroupBarrier();
+  }
 }

@@ -73,21 +73,29 @@ fn firstAtOrAfter(seq: SeqAt, position: u32) -> u32 {
   return lo;
 }
 
+fn gates4Slab(a: SlabAt) -> vec4f {
+  if (!a.live) {
+    return vec4f(0.0);
+  }
+  return gates4K4(a.row, a.d);
+}
+
 // Slab i of a backward chunk: the d-slabs of Kd, the P slabs, the r-slabs of Qg, then those of W
-// negated (so that its products subtract, exactly as fma(-w, x, s)).
-fn backwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
-  let base = ch.wid * workSize();
+// negated (so that its products subtract, exactly as fma(-w, x, s)). Kd and Qg come from the
+// slice's gate sums (its block at pos), W from the saved forward.
+fn backwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, pos: u32, h: u32, i: u32, lid: u32) -> vec4f {
+  let gates = sliceBlock(pos, h) * gatesSize();
   if (i < sl.nD) {
-    return dSlabLoad(sl, base + wKd(), ch.cv, i, lid);
+    return gates4Slab(dSlabAt(sl, gates + xKd(), ch.cv, i, lid));
   }
   if (i < sl.nD + sl.nP) {
     return pSlabLoad(sl, ch.wid * triSize(), ch.cv, i - sl.nD, lid);
   }
   let r = i - sl.nP - sl.nD;
   if (r < sl.nR) {
-    return rSlabLoad(sl, base + wQg(), ch.cv, r, lid);
+    return gates4Slab(rSlabAt(sl, gates + xQg(), ch.cv, r, lid));
   }
-  return -rSlabLoad(sl, base + wW(), ch.cv, r - sl.nR, lid);
+  return -work4Slab(rSlabAt(sl, ch.wid * workSize() + wW(), ch.cv, r - sl.nR, lid));
 }
 
 // dO and dVn side by side in the state tile's region
@@ -135,8 +143,8 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
   if (steps > 0u) {
     pos = chunks[tPos() + at.seq.first + n1 - 1u];
     let ch = scanChunk(at, n1 - 1u);
-    next = backwardSlabLoad(sl, ch, 0u, lid);
-    after = backwardSlabLoad(sl, ch, 1u, lid);
+    next = backwardSlabLoad(sl, ch, pos, at.h, 0u, lid);
+    after = backwardSlabLoad(sl, ch, pos, at.h, 1u, lid);
     dO0 = doutTileLoad(at, ch, lid);
     dO1 = doutTileLoad(at, ch, lid + WG);
   }
@@ -186,9 +194,9 @@ fn stateScanBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation
       // this one's is written), in flight through two barriers and slabs' products
       next = after;
       if (i + 2u < m) {
-        after = backwardSlabLoad(sl, ch, i + 2u, lid);
+        after = backwardSlabLoad(sl, ch, pos, at.h, i + 2u, lid);
       } else if (t + 1u < steps) {
-        after = backwardSlabLoad(sl, later, i + 2u - m, lid);
+        after = backwardSlabLoad(sl, later, posLater, at.h, i + 2u - m, lid);
         if (i + 2u == m) {
           dO0 = doutTileLoad(at, later, lid);
           dO1 = doutTileLoad(at, later, lid + WG);
