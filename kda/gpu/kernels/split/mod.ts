@@ -8,8 +8,9 @@
 // chunks of each sequence of a packed batch through a chunk table, and reads q and k at their own
 // head for grouped value heads (the gradients of each group summed by a stage of its own). A stage
 // that only reads one of the set's per-chunk buffers reads it through a vec4 view (docs/kda.md
-// 3.2), and the backward runs slice by slice over the chunks from the last (its scan on the slice,
-// then its chunk-parallel stages), so that its gate sums and backward and gradient scratch stay
+// 3.2), and the backward runs slice by slice over the chunks from the last (gateFactors forming
+// the slice's gate sums, Kd and Qg again, which a saved forward does not keep, then its scan on the
+// slice, then its chunk-parallel stages), so that those and its backward and gradient scratch stay
 // under a budget (SLICE_BUDGET, docs/kda.md 3.3).
 
 import type { ChunkSize, KdaDims } from "../../../_types.ts";
@@ -84,12 +85,13 @@ const E_BLOCK = 16;
 /**
  * Bytes of per-slice buffers (GATES, BW and GS) the backward holds at once, as a share of the
  * call: twice one of its per-chunk C x K tensors (so that a cold kdaVjp's footprint scales with
- * the problem: 1.46 GB at (4, 4096, 16, 128)), at least SLICE_FLOOR (a small problem runs in one
- * slice) and at most SLICE_BUDGET. The backward runs slice by slice over the chunks when the whole
+ * the problem: 1.46 GB at (4, 4096, 16, 128)), at least SLICE_FLOOR (small problems run in one
+ * slice, mid-sized ones in few: a slice's dispatches hold its chunks alone) and at most
+ * SLICE_BUDGET. The backward runs slice by slice over the chunks when the whole
  * scratch would be larger (4.0 GB at (8, 4096, 16, 128)).
  */
 const SLICE_BUDGET = 512 * 2 ** 20;
-const SLICE_FLOOR = 128 * 2 ** 20;
+const SLICE_FLOOR = 256 * 2 ** 20;
 const SLICE_SHARE = 2;
 /** Workgroups per dispatch dimension of the chunk-parallel stages' grid in x. */
 const GRID_X = 32768;
