@@ -114,6 +114,15 @@ function arrayBuffer(
   };
 }
 
+/** A per-chunk buffer of one C × K tensor, its size function named after it (kdSize for Kd). */
+function chunkTensor(prefix: string, name: string): RegionTable {
+  return {
+    prefix,
+    sizeFn: `${name[0].toLowerCase()}${name.slice(1)}Size`,
+    regions: [{ name, size: CK }],
+  };
+}
+
 /**
  * The forward's per-chunk work that a saved forward keeps, one block per (chunk, head): W, and Gam
  * = e^{G_C}. The gate sums and the gated q and k (Kd, Qg) are not kept: the forward's Kd and Qg
@@ -127,18 +136,10 @@ export const WORK: RegionTable = {
 };
 
 /** Kd = K ⊙ e^{G_C − G} per chunk, which only the forward scan reads in the forward. */
-export const KD: RegionTable = {
-  prefix: "d",
-  sizeFn: "kdSize",
-  regions: [{ name: "Kd", size: CK }],
-};
+export const KD: RegionTable = chunkTensor("d", "Kd");
 
 /** Qg = scale Q ⊙ e^G per chunk, which only chunkOutput reads in the forward. */
-export const QG: RegionTable = {
-  prefix: "q",
-  sizeFn: "qgSize",
-  regions: [{ name: "Qg", size: CK }],
-};
+export const QG: RegionTable = chunkTensor("q", "Qg");
 
 /**
  * The backward's gate sums (G as hi + lo), Kd and Qg, for one slice of the chunks at a time:
@@ -163,11 +164,7 @@ export const UWORK: RegionTable = {
 };
 
 /** The low parts of the gate sums per chunk, which only chunkPrep reads. */
-export const GLO: RegionTable = {
-  prefix: "l",
-  sizeFn: "gloSize",
-  regions: [{ name: "Glo", size: CK }],
-};
+export const GLO: RegionTable = chunkTensor("l", "Glo");
 
 /**
  * The forward's per-chunk C × C matrices: P (lower, scaled) and T = (I + L)^-1 (L itself lives

@@ -110,6 +110,26 @@ fn gateParts(lid: u32, r0: u32, r1: u32) -> GateParts {
   return GateParts(before, total);
 }
 
+// One slice of channels d0.. of gateCumsum: stages the slice loaded ahead, loads the next one into
+// registers (nothing past K), and sums the parts: this invocation's rows r0..r1 of its channel,
+// the running sums at their start and over the chunk, and the next slice.
+struct GateSlice {
+  r0: u32,
+  r1: u32,
+  parts: GateParts,
+  next: CsAhead,
+}
+
+fn gateSlice(at: ChunkAt, d0: u32, lid: u32, ahead: CsAhead) -> GateSlice {
+  csStage(lid, ahead, at.cv);
+  workgroupBarrier();
+  let next = csSlice(at, d0 + CS_BLOCK, lid);
+  let rp = p.C / (WG / CS_BLOCK);
+  let r0 = min((lid / CS_BLOCK) * rp, at.cv);
+  let r1 = min(r0 + rp, at.cv);
+  return GateSlice(r0, r1, gateParts(lid, r0, r1), next);
+}
+
 // e^{G_r} and e^{G_C - G_r} of a row's running sum G_r in a chunk of sum G_C (gateFactors). G_C -
 // G_r is the integer sum of the gates after row r, exact before its one rounding: formed from the
 // floats hi and lo, a compiler may regroup it around the G_r beside it (e^{G_r}) and lose it.
@@ -277,25 +297,18 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   // G's high part goes to U's block, which holds nothing else until the end of the stage (U
   // replaces it there once the pairwise products have read it), and its low part to a buffer of
   // the forward's own: the gate sums are not kept (the backward forms them again, gateFactors).
-  let rp = p.C / (WG / CS_BLOCK);
   let csd = lid % CS_BLOCK;
-  let part = lid / CS_BLOCK;
   // ABLATE cumsum {
   // each slice's g, q and k are loaded a slice ahead (the first here), into registers before the
   // sums of the one before, and staged behind its last barrier
   var csNext = csSlice(at, 0u, lid);
   for (var d0 = 0u; d0 < p.K; d0 += CS_BLOCK) {
     let d = d0 + csd;
-    csStage(lid, csNext, cv);
-    workgroupBarrier();
-    // past the last slice every channel is past K: nothing is loaded
-    csNext = csSlice(at, d0 + CS_BLOCK, lid);
-    let r0 = min(part * rp, cv);
-    let r1 = min(r0 + rp, cv);
-    let parts = gateParts(lid, r0, r1);
-    var acc = parts.before;
+    let slice = gateSlice(at, d0, lid, csNext);
+    csNext = slice.next;
+    var acc = slice.parts.before;
     if (d < p.K) {
-      for (var r = r0; r < r1; r++) {
+      for (var r = slice.r0; r < slice.r1; r++) {
         acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
         let hi = gateSumHi(acc);
         let lo = gateSumLo(acc);
@@ -305,15 +318,15 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         // gateFactors: Qg = scale Q (.) Gamma, Kd = K (.) e^{G_C - G}, and K (.) Gamma left in W
         // (the right operand W's product stages, before W replaces it)
         // ABLATE factors {
-        let f = gateDecays(parts.total, acc);
+        let f = gateDecays(slice.parts.total, acc);
         let kv = prepF(CS_K + r * CS_BLOCK + csd);
         qg[at.qg + qQg() + i] = p.scale * prepF(CS_Q + r * CS_BLOCK + csd) * f.x;
         kd[at.kd + dKd() + i] = kv * f.y;
         work[at.work + wW() + i] = kv * f.x;
         // ABLATE factors }
       }
-      if (part == 0u) {
-        work[at.work + wGam() + d] = decay(gateSumHi(parts.total) + gateSumLo(parts.total));
+      if (lid < CS_BLOCK) {
+        work[at.work + wGam() + d] = decay(gateSumHi(slice.parts.total) + gateSumLo(slice.parts.total));
       }
     }
     // the next slice overwrites the staged rows and the totals
@@ -653,25 +666,18 @@ fn gateFactors(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     return;
   }
   let at = slicedChunkOf(pos, wg.z);
-  let cv = at.cv;
-  let rp = p.C / (WG / CS_BLOCK);
   let csd = lid % CS_BLOCK;
-  let part = lid / CS_BLOCK;
   var csNext = csSlice(at, 0u, lid);
   for (var d0 = 0u; d0 < p.K; d0 += CS_BLOCK) {
     let d = d0 + csd;
-    csStage(lid, csNext, cv);
-    workgroupBarrier();
-    csNext = csSlice(at, d0 + CS_BLOCK, lid);
-    let r0 = min(part * rp, cv);
-    let r1 = min(r0 + rp, cv);
-    let parts = gateParts(lid, r0, r1);
-    var acc = parts.before;
+    let slice = gateSlice(at, d0, lid, csNext);
+    csNext = slice.next;
+    var acc = slice.parts.before;
     if (d < p.K) {
-      for (var r = r0; r < r1; r++) {
+      for (var r = slice.r0; r < slice.r1; r++) {
         acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
         let i = at.gates + r * p.K + d;
-        let f = gateDecays(parts.total, acc);
+        let f = gateDecays(slice.parts.total, acc);
         gates[xG() + i] = gateSumHi(acc);
         gates[xGlo() + i] = gateSumLo(acc);
         gates[xQg() + i] = p.scale * prepF(CS_Q + r * CS_BLOCK + csd) * f.x;
