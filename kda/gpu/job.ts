@@ -436,12 +436,11 @@ export class ForwardJob {
         const params = paramsBuffer(ctx, scratch, set, plan, flags, x.scale);
         const buffers = new Map<string, GPUBuffer>();
         const arrays: JobArrays = { q: x.q, k: x.k, v: x.v, g: x.g, beta: x.beta, h0: x.h0 };
-        const lifetimes: Lifetime[] = ["forward", "saved"];
         const copiesIn = makeBuffers(
           ctx,
           set,
           plan,
-          lifetimes,
+          ["forward", "saved"],
           { save, outputs },
           scratch,
           arrays,
@@ -449,14 +448,9 @@ export class ForwardJob {
           buffers,
         );
         const bindGroups = bindGroupsOf(ctx, compiled, direction, buffers, params, "kda forward");
-        return { bound: { buffers, copiesIn }, bindGroups };
+        return { bound: { buffers, copiesIn }, bindGroups, direction };
       });
-      return new ForwardJob(ctx, compiled, plan, x.scale, flags, {
-        scratch,
-        targets,
-        direction,
-        ...made,
-      });
+      return new ForwardJob(ctx, compiled, plan, x.scale, flags, { scratch, targets, ...made });
     } catch (error) {
       scratch.destroyAll();
       throw error;
