@@ -5,13 +5,12 @@
 // kernel set is the default, or KDA_GPU_KERNELS). Prints JSON.
 
 import { kda, KdaModule, kdaVjp } from "../mod.ts";
+import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
 import { randomKda } from "../tests/_fixtures.ts";
 
-async function hash(a: Float32Array): Promise<string> {
-  const d = await crypto.subtle.digest(
-    "SHA-256",
-    new Uint8Array(a.buffer, a.byteOffset, a.byteLength),
-  );
+async function hash(a: ArrayLike<number>): Promise<string> {
+  const bytes = new Uint8Array(Float32Array.from(a).buffer);
+  const d = await crypto.subtle.digest("SHA-256", bytes);
   return Array.from(new Uint8Array(d).slice(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
 }
 const out: Record<string, string> = {};
@@ -25,7 +24,7 @@ type Case = {
   h0?: boolean;
   cu?: number[];
 };
-const cases: [string, Case, { chunkSize: number }][] = [
+const cases: [string, Case, { chunkSize: ChunkSize }][] = [
   ["plain C64", { B: 2, T: 100, H: 2, K: 32, V: 16 }, { chunkSize: 64 }],
   ["h0 dht C16", { B: 1, T: 70, H: 3, K: 16, V: 32, h0: true }, { chunkSize: 16 }],
   ["C32 K=V=64", { B: 1, T: 90, H: 1, K: 64, V: 64, h0: true }, { chunkSize: 32 }],
@@ -34,17 +33,20 @@ const cases: [string, Case, { chunkSize: number }][] = [
   ["packed", { B: 1, T: 60, H: 2, K: 16, V: 16, h0: true, cu: [0, 13, 47, 60] }, { chunkSize: 16 }],
 ];
 for (const [name, s, opt] of cases) {
-  // deno-lint-ignore no-explicit-any
-  const x: any = randomKda(s, 7, { withH0: s.h0, dtype: "f32" });
+  const x = randomKda(s, 7, { withH0: s.h0, dtype: "f32" }) as KdaProblem<Float32Array>;
   if (s.HV) {
     const y = randomKda({ ...s, H: s.HV }, 8, { withH0: s.h0, dtype: "f32" });
     Object.assign(x, { HV: s.HV, v: y.v, g: y.g, beta: y.beta, h0: y.h0 });
   }
   if (s.cu) {
     x.cuSeqlens = new Int32Array(s.cu);
-    x.h0 = randomKda({ ...s, B: s.cu.length - 1, T: 1 }, 9, { withH0: true, dtype: "f32" }).h0;
+    const seqs = { ...s, B: s.cu.length - 1, T: 1 };
+    x.h0 = randomKda(seqs, 9, { withH0: true, dtype: "f32" }).h0 as Float32Array;
   }
-  const { o, ht } = await kda(x, { arm: "gpu", quiet: true, ...opt });
+  const { o, ht } = await kda(x, { arm: "gpu", quiet: true, ...opt }) as {
+    o: Float32Array;
+    ht: Float32Array;
+  };
   out[`${name} o`] = await hash(o);
   out[`${name} ht`] = await hash(ht);
   const dout = o.map((v: number, i: number) => Math.sin(i + v));
