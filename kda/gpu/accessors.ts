@@ -71,6 +71,7 @@ const keepLower = (i: number, lane: string): [string, string] => [
 export type AccessorKind =
   | "load"
   | "loadVec"
+  | "loadVecIf"
   | "element"
   | "store"
   | "storeTransposed"
@@ -111,6 +112,19 @@ const TEMPLATES: Record<AccessorKind, Template> = {
         "  var value = vec4f(0.0);",
         ...LANES.map((c, n) => `  if (j${plus(n)} < p.${l}) { value.${c} = ${b}F(i${plus(n)}); }`),
         "  return value;",
+        "}",
+      ].join("\n"),
+  },
+  /** As `loadVec` (of the same binding), where `live`; zero, with no load, where not. */
+  loadVecIf: {
+    name: (b, l) => (l === "K" ? `${b}K4If` : `${b}ColsIf`),
+    body: (b, l, name) =>
+      [
+        `fn ${name}(row: u32, j: u32, live: bool) -> vec4f {`,
+        "  if (!live) {",
+        "    return vec4f(0.0);",
+        "  }",
+        `  return ${l === "K" ? `${b}K4` : `${b}Cols`}(row, j);`,
         "}",
       ].join("\n"),
   },

@@ -113,7 +113,8 @@ fn scanSlabs() -> ScanSlabs {
 }
 
 // Where this invocation's vec4 of a slab lies in its C x K operand: the row's offset and the
-// channel, and whether it is read at all (the slab holds zeros past cv and past K).
+// channel, and whether it is read at all (the slab holds zeros past cv and past K: the K4If
+// accessors load nothing there).
 struct SlabAt {
   row: u32,
   d: u32,
@@ -130,21 +131,6 @@ fn dSlabAt(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> SlabAt {
 fn rSlabAt(sl: ScanSlabs, rows: u32, cv: u32, i: u32, lid: u32) -> SlabAt {
   let r = i * sl.rk + lid / sl.k4;
   return SlabAt(rows + r * p.K, 4u * (lid % sl.k4), lid < sl.rk * sl.k4 && r < cv);
-}
-
-// A slab's vec4 from each of the buffers the scans stream (a storage buffer cannot be passed)
-fn work4Slab(a: SlabAt) -> vec4f {
-  if (!a.live) {
-    return vec4f(0.0);
-  }
-  return work4K4(a.row, a.d);
-}
-
-fn kd4Slab(a: SlabAt) -> vec4f {
-  if (!a.live) {
-    return vec4f(0.0);
-  }
-  return kd4K4(a.row, a.d);
 }
 
 // Rows ra and rb of a row tile: two vec4s.
@@ -230,9 +216,11 @@ fn forwardStartRow(at: ScanAt, d: u32, fromFirst: bool, hasH0: bool) -> vec4f {
 // Slab i of a forward chunk: the d-slabs of W, then the r-slabs of Kd.
 fn forwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, i: u32, lid: u32) -> vec4f {
   if (i < sl.nD) {
-    return work4Slab(dSlabAt(sl, ch.wid * workSize() + wW(), ch.cv, i, lid));
+    let a = dSlabAt(sl, ch.wid * workSize() + wW(), ch.cv, i, lid);
+    return work4K4If(a.row, a.d, a.live);
   }
-  return kd4Slab(rSlabAt(sl, ch.wid * kdSize() + dKd(), ch.cv, i - sl.nD, lid));
+  let a = rSlabAt(sl, ch.wid * kdSize() + dKd(), ch.cv, i - sl.nD, lid);
+  return kd4K4If(a.row, a.d, a.live);
 }
 
 // newValues and stateScan per chunk: Vn = U - W S over the W slabs (S in the state tile), then

@@ -88,7 +88,7 @@ const E_BLOCK = 16;
  * the problem: 1.46 GB at (4, 4096, 16, 128)), at least SLICE_FLOOR (small problems run in one
  * slice, mid-sized ones in few: a slice's dispatches hold its chunks alone) and at most
  * SLICE_BUDGET. The backward runs slice by slice over the chunks when the whole
- * scratch would be larger (4.0 GB at (8, 4096, 16, 128)).
+ * scratch would be larger (3.9 GB at (8, 4096, 16, 128)).
  */
 const SLICE_BUDGET = 512 * 2 ** 20;
 const SLICE_FLOOR = 256 * 2 ** 20;
@@ -279,6 +279,8 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ...(["work4", "kd4", "gates4", "states4", "bw4", "gs4"] as const).map((view) =>
     ["loadVec", view, "K"] as const
   ),
+  // the scans' slab loads (forward.wgsl)
+  ...(["work4", "kd4", "gates4"] as const).map((view) => ["loadVecIf", view, "K"] as const),
   ...(["u4", "states4", "bw4"] as const).map((view) => ["loadVec", view, "V"] as const),
   ["element", "u4", "V"],
   ["store", "states", "K"],

@@ -73,29 +73,25 @@ fn firstAtOrAfter(seq: SeqAt, position: u32) -> u32 {
   return lo;
 }
 
-fn gates4Slab(a: SlabAt) -> vec4f {
-  if (!a.live) {
-    return vec4f(0.0);
-  }
-  return gates4K4(a.row, a.d);
-}
-
 // Slab i of a backward chunk: the d-slabs of Kd, the P slabs, the r-slabs of Qg, then those of W
 // negated (so that its products subtract, exactly as fma(-w, x, s)). Kd and Qg come from the
 // slice's gate sums (its block at pos), W from the saved forward.
 fn backwardSlabLoad(sl: ScanSlabs, ch: ScanChunk, pos: u32, h: u32, i: u32, lid: u32) -> vec4f {
   let gates = sliceBlock(pos, h) * gatesSize();
   if (i < sl.nD) {
-    return gates4Slab(dSlabAt(sl, gates + xKd(), ch.cv, i, lid));
+    let a = dSlabAt(sl, gates + xKd(), ch.cv, i, lid);
+    return gates4K4If(a.row, a.d, a.live);
   }
   if (i < sl.nD + sl.nP) {
     return pSlabLoad(sl, ch.wid * triSize(), ch.cv, i - sl.nD, lid);
   }
   let r = i - sl.nP - sl.nD;
   if (r < sl.nR) {
-    return gates4Slab(rSlabAt(sl, gates + xQg(), ch.cv, r, lid));
+    let a = rSlabAt(sl, gates + xQg(), ch.cv, r, lid);
+    return gates4K4If(a.row, a.d, a.live);
   }
-  return -work4Slab(rSlabAt(sl, ch.wid * workSize() + wW(), ch.cv, r - sl.nR, lid));
+  let a = rSlabAt(sl, ch.wid * workSize() + wW(), ch.cv, r - sl.nR, lid);
+  return -work4K4If(a.row, a.d, a.live);
 }
 
 // dO and dVn side by side in the state tile's region
