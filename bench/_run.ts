@@ -3,6 +3,7 @@
 // does not leak buffers into the next; the median of timed runs; a results file's name.
 
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
+import { gpuCreatedBytes, gpuPool } from "../kda/gpu/buffers.ts";
 import { getContext } from "../kda/gpu/device.ts";
 import { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
 import type { KernelSet } from "../kda/gpu/kernel_set.ts";
@@ -134,4 +135,20 @@ export async function timed(n: number, run: () => Promise<void>): Promise<number
  */
 export function slug(text: string): string {
   return text.toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "");
+}
+
+/**
+ * Bytes of GPU buffers `step` creates from an empty pool (every buffer it needs, made new); the
+ * pool's bound is restored after.
+ *
+ * @param step The work; what it returns (to read back after the count) is passed on.
+ * @returns Its result and the bytes.
+ */
+export async function coldBytes<R>(step: () => Promise<R>): Promise<[R, number]> {
+  const bound = gpuPool().isDefault ? null : gpuPool().maxBytes;
+  gpuPool({ maxBytes: 0 });
+  gpuPool({ maxBytes: bound });
+  const before = gpuCreatedBytes();
+  const result = await step();
+  return [result, gpuCreatedBytes() - before];
 }

@@ -30,7 +30,7 @@ import {
 import type { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
 import type { KernelSet } from "../kda/gpu/kernel_set.ts";
 import { makePlan } from "../kda/gpu/layout.ts";
-import { median, slug, withGpuJobs } from "./_run.ts";
+import { coldBytes, median, slug, withGpuJobs } from "./_run.ts";
 import { kda, kdaVjp } from "../kda/op/op.ts";
 import { gpuDevice, type GpuTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { gpuCreatedBytes, gpuPool } from "../kda/gpu/buffers.ts";
@@ -281,10 +281,11 @@ async function onDeviceWall(
     const createdBytesPerVjp = await created();
     // with the pool emptied first: every buffer one kdaVjp needs, its gradients included (its
     // footprint on the device beyond the inputs)
-    const bound = gpuPool().isDefault ? null : gpuPool().maxBytes;
-    gpuPool({ maxBytes: 0 });
-    gpuPool({ maxBytes: bound });
-    const coldBytesPerVjp = await created();
+    const [grads, coldBytesPerVjp] = await coldBytes(() =>
+      kdaVjp(inputs, { dout: cotangent }, options)
+    );
+    await grads.dbeta.read();
+    releaseTensors(grads);
     return {
       forward: forward.wallMs,
       forwardBackward: both.wallMs,

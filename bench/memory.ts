@@ -11,13 +11,12 @@
 
 import { parseArgs } from "node:util";
 import { kda, kdaVjp, releaseTensors, toGpu } from "../mod.ts";
-import { gpuCreatedBytes, gpuPool } from "../kda/gpu/buffers.ts";
 import { gpuDebug } from "../kda/gpu/_debug.ts";
 import { kernelSet } from "../kda/gpu/kernel_set.ts";
 import { bufferElements, makePlan } from "../kda/gpu/layout.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
 import "../kda/gpu/kernels/mod.ts";
-import { slug } from "./_run.ts";
+import { coldBytes, slug } from "./_run.ts";
 
 const { values } = parseArgs({
   args: Deno.args,
@@ -28,15 +27,6 @@ const SHAPES = [
   { B: 8, T: 4096, H: 16, K: 128, V: 128, C: 64 },
   { B: 4, T: 4096, H: 16, K: 128, V: 128, C: 64 },
 ] as const;
-
-/** Bytes `step` creates from an empty pool. */
-async function cold(step: () => Promise<void>): Promise<number> {
-  gpuPool({ maxBytes: 0 });
-  gpuPool({ maxBytes: null });
-  const before = gpuCreatedBytes();
-  await step();
-  return gpuCreatedBytes() - before;
-}
 
 async function measure(full: typeof SHAPES[number], kernels: string) {
   const set = kernelSet(kernels);
@@ -73,16 +63,13 @@ async function measure(full: typeof SHAPES[number], kernels: string) {
         `${sliced.slices.length} slices against the full shape's ${fullPlan.slices.length}`,
       );
     }
-    const vjp = await cold(async () => {
-      const grads = await kdaVjp(x, { dout }, options);
-      await grads.dbeta.read();
-      releaseTensors(grads);
-    });
-    const forward = await cold(async () => {
-      const out = await kda(x, options);
-      await out.ht.read();
-      releaseTensors(out);
-    });
+    // counted before the read, whose staging buffer is not the call's
+    const [grads, vjp] = await coldBytes(() => kdaVjp(x, { dout }, options));
+    await grads.dbeta.read();
+    releaseTensors(grads);
+    const [out, forward] = await coldBytes(() => kda(x, options));
+    await out.ht.read();
+    releaseTensors(out);
     return {
       shape: full,
       measuredAt: small,
