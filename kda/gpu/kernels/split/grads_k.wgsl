@@ -7,13 +7,13 @@
 
 // ---- the K side: wyBackward, inverseBackward, pairwiseGrads, elementwiseGrads, gateCumsumBackward ----
 //
-// chunkGradsK's workgroup memory up to Stage D: tileB holds T (row r's vec4 q at 16 r + q, zero
-// above the diagonal and past cv), read by dKb, the V half of dbeta, X and dL; the C x C square of
-// dT, then X, is split by vec4 columns, q < 8 in tileA and q >= 8 in tileK (sqSlot). Before the
-// square is written, tileA and tileK stage the channel slices of dW and Kg (colSlot). Stages E and
-// F run as dispatches of their own (pairwiseGrads, gateCumsumBackward).
+// chunkGradsK's workgroup memory up to Stage D, 16 KB: the C x C square of dT, then X, split by
+// vec4 columns, q < 8 in tileA and q >= 8 in tileK (sqSlot). Before the square is written, tileA
+// and tileK stage the channel slices of dW and Kg (colSlot). T, read by dKb, the V half of dbeta,
+// X and dL, comes from TRI where it is used (tBlock). Stages E and F run as dispatches of their
+// own (pairwiseGrads, gateCumsumBackward).
 
-// chunkGradsK's third tile stage, beside tileA and tileB (32 KB in all)
+// chunkGradsK's second tile stage, beside tileA
 var<workgroup> tileK: array<vec4f, TILE_K_VEC4>;
 
 // Rows 4 rq.. of channel d of a [C, K] region of gs as one vec4, zero past cv and K (neighbouring
@@ -130,10 +130,19 @@ fn sqStore(rb: u32, q: u32, t: mat4x4f) {
   }
 }
 
-// Rows 4 rb.. of T at vec4 column q, from tileB
-fn tBlock(rb: u32, q: u32) -> mat4x4f {
-  let i = 64u * rb + q;
-  return mat4x4f(tileB[i], tileB[i + 16u], tileB[i + 32u], tileB[i + 48u]);
+// Row r of T at vec4 column q, read from TRI through its view (a row's runs of four lie on the vec4
+// grid: C and TRI's blocks are multiples of four floats), zero above the diagonal and past cv, so
+// that every sum over a triangle may run over whole blocks
+fn tRow(at: ChunkAt, r: u32, q: u32) -> vec4f {
+  let t = tri4[(at.tri + rT() + r * p.C) / 4u + q];
+  let keep = (4u * q + vec4u(0u, 1u, 2u, 3u) <= vec4u(r)) & vec4<bool>(r < at.cv);
+  return select(vec4f(0.0), t, keep);
+}
+
+// Rows 4 rb.. of T at vec4 column q
+fn tBlock(at: ChunkAt, rb: u32, q: u32) -> mat4x4f {
+  let a = 4u * rb;
+  return mat4x4f(tRow(at, a, q), tRow(at, a + 1u, q), tRow(at, a + 2u, q), tRow(at, a + 3u, q));
 }
 
 // acc + lhs_j (x) rhs_j for j = 0..3: four steps of a sum of outer products (tileFma)
@@ -166,29 +175,17 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   let nDG = (p.K + 3u) / 4u;
   let last = cv - 1u;
 
-  let lanes = vec4u(0u, 1u, 2u, 3u);
   // the lower 4 x 4 blocks of a C x C matrix: the tiles of dT, X and dL
   let nB = nRG * (nRG + 1u) / 2u;
 
-  // T into tileB once, for dKb, the V half of dbeta, X and dL: row r's vec4 q at 16 r + q, zero
-  // above the diagonal and past cv (so that every sum over a triangle may run over whole blocks).
-  // dKb's first slice of dW is loaded before it and staged beside it, behind the same barrier.
+  // dKb's first slice of dW, staged before its products. T is read from TRI where it is used
+  // (tBlock), so that chunkGradsK keeps 16 KB of workgroup memory and three of its workgroups
+  // share an SM of the H200.
   // ABLATE bKb {
-  var ahead = kbSlice(at, 0u, lid, cv);
-  // ABLATE bKb }
-  for (var e = lid; e < 16u * p.C; e += WG) {
-    let r = e / 16u;
-    let s4 = 4u * (e % 16u) + lanes;
-    var t = vec4f(0.0);
-    if (r < cv && s4.x <= r) {
-      t = select(vec4f(0.0), tri4At4(at.tri + rT() + r * p.C, min(s4, vec4u(last))), s4 <= vec4u(r));
-    }
-    tileB[e] = t;
-  }
-  // ABLATE bKb {
-  kbStage(lid, ahead);
+  kbStage(lid, kbSlice(at, 0u, lid, cv));
   // ABLATE bKb }
   workgroupBarrier();
+  var ahead: SliceAhead;
 
   // ABLATE bdT {
   // whether dKb's last turn has staged Stage B's first slice (it has, unless bKb is ablated)
@@ -226,7 +223,7 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
             tileA[colSlot(j0 + 2u, rq)],
             tileA[colSlot(j0 + 3u, rq)],
           );
-          kb = blockFma(kb, tBlock(rq, kbS), transpose(w));
+          kb = blockFma(kb, tBlock(at, rq, kbS), transpose(w));
         }
       } else {
         for (var rq = kbS; rq < nRG; rq++) {
@@ -236,7 +233,7 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
             tileK[colSlot(j0 + 2u, rq)],
             tileK[colSlot(j0 + 3u, rq)],
           );
-          kb = blockFma(kb, tBlock(rq, kbS), transpose(w));
+          kb = blockFma(kb, tBlock(at, rq, kbS), transpose(w));
         }
       }
       gsStoreRows(at.gs + gKb(), 4u * kbS, d0 + 4u * kbQ, kb, cv, p.K);
@@ -324,8 +321,9 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     if (s < cv) {
       var acc = 0.0;
       for (var r = s - s % 32u; r < cv; r++) {
-        let m = select(0.0, gs[at.gs + gM() + r * p.C + s], r >= s);
-        acc += tileB[16u * r + s / 4u][s % 4u] * m;
+        let below = r >= s;
+        let m = select(0.0, gs[at.gs + gM() + r * p.C + s], below);
+        acc += select(0.0, tri4F(at.tri + rT() + r * p.C + s), below) * m;
       }
       gs[at.gs + gBv() + s] = acc;
     }
@@ -343,10 +341,10 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   var xt = mat4x4f();
   if (lid < nB) {
     for (var bq = 0u; bq <= min(cs, 7u); bq++) {
-      xt = blockFma(xt, transpose(sqBlockA(ca, bq)), transpose(tBlock(cs, bq)));
+      xt = blockFma(xt, transpose(sqBlockA(ca, bq)), transpose(tBlock(at, cs, bq)));
     }
     for (var bq = 8u; bq <= cs; bq++) {
-      xt = blockFma(xt, transpose(sqBlockK(ca, bq)), transpose(tBlock(cs, bq)));
+      xt = blockFma(xt, transpose(sqBlockK(ca, bq)), transpose(tBlock(at, cs, bq)));
     }
   }
   workgroupBarrier();
@@ -367,11 +365,11 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     var dl = mat4x4f();
     if (ds < 8u) {
       for (var aq = dr; aq < nRG; aq++) {
-        dl = blockFma(dl, tBlock(aq, dr), sqBlockA(aq, ds));
+        dl = blockFma(dl, tBlock(at, aq, dr), sqBlockA(aq, ds));
       }
     } else {
       for (var aq = dr; aq < nRG; aq++) {
-        dl = blockFma(dl, tBlock(aq, dr), sqBlockK(aq, ds));
+        dl = blockFma(dl, tBlock(at, aq, dr), sqBlockK(aq, ds));
       }
     }
     gsStoreTri(at.gs + gL(), 4u * dr, 4u * ds, dl * -1.0, cv, 1u);

@@ -69,8 +69,8 @@ const SCAN_VEC4 = SCAN_STATE_VEC4 + 2 * SCAN_SLAB_VEC4;
 const TILE_A_VEC4 = 512;
 const TILE_B_VEC4 = 1024;
 /**
- * vec4s of chunkGradsK's third tile stage (grads_k.wgsl): with tileA it holds the C x C
- * square of dT, then X (half in each at C = 64), beside T in tileB: 32 KB in all.
+ * vec4s of chunkGradsK's second tile stage (grads_k.wgsl): with tileA it holds the C x C
+ * square of dT, then X (half in each at C = 64): 16 KB in all (T is read from TRI).
  */
 const TILE_K_VEC4 = 512;
 /** Channels (or value columns) per staged slice of the output and gradient products. */
@@ -359,7 +359,8 @@ export const SPLIT: KernelSet = {
   workgroupBytes: Math.max(
     PREP_VEC4 * 16,
     SCAN_VEC4 * 16,
-    (TILE_A_VEC4 + TILE_B_VEC4 + TILE_K_VEC4) * 16,
+    (TILE_A_VEC4 + TILE_B_VEC4) * 16,
+    (TILE_A_VEC4 + TILE_K_VEC4) * 16,
     GV_VEC4 * 16,
   ),
   constants: {
