@@ -24,7 +24,8 @@ const CS_Q: u32 = 64u * CS_BLOCK;
 const CS_K: u32 = 2u * CS_Q;
 // vec4 index of the parts' totals (gateSumPack), part j of channel dd at CS_TOTALS + j CS_BLOCK + dd
 const CS_TOTALS: u32 = 3u * CS_Q / 4u;
-const_assert CS_TOTALS + WG <= PREP_VEC4;
+const_assert CS_TOTALS + WG <= GATE_PREP_VEC4;
+const_assert GATE_PREP_VEC4 <= PREP_VEC4;
 
 // Entry e of a slice of gateCumsum's staged operands from channel d0: g, q and k at row
 // e / CS_BLOCK, channel d0 + e % CS_BLOCK; zero past the channels, and not loaded past the valid
