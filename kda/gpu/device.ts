@@ -373,7 +373,7 @@ async function compileSet(ctx: GpuContext, set: KernelSet): Promise<CompiledSet>
           device.createComputePipeline({
             label: `${set.name}.${stage.entry}`,
             layout: pipelineLayout,
-            compute: { module, entryPoint: stage.entry, constants: stage.overrides },
+            compute: { module, entryPoint: stage.entry },
           }),
       ),
     );

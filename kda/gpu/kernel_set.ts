@@ -168,12 +168,6 @@ export interface StageDecl {
    * it may read what it writes.
    */
   readonly onlyOutputs?: boolean;
-  /**
-   * Values of the module's pipeline-overridable constants (WGSL `override`) for this stage's
-   * pipeline: a workgroup array sized to what the stage uses, so that more of its workgroups
-   * share a compute unit than the largest user of the array allows (default: none set).
-   */
-  readonly overrides?: Readonly<Record<string, number>>;
 }
 
 /** One direction (forward or backward): its stages in order and which buffer each binding gets. */

@@ -8,10 +8,8 @@
 // [0, PREP_HALF) hold the C x C matrix of the substitution and then T diag(beta) as the left
 // operand of W and U; vec4s [PREP_HALF, PREP_VEC4) the slices of the right operands of W and U.
 // The gate sums' slices and the staged operands of the pairwise products span the whole array.
-// Scalars are addressed as floats (prepF, prepSet). Its length is an override: gateFactors, which
-// uses only the gate sums' slices (GATE_PREP_VEC4), takes 16 KB and three workgroups an SM.
-override PREP_LEN: u32 = PREP_VEC4;
-var<workgroup> prep: array<vec4f, PREP_LEN>;
+// Scalars are addressed as floats (prepF, prepSet).
+var<workgroup> prep: array<vec4f, PREP_VEC4>;
 
 fn prepF(i: u32) -> f32 {
   return prep[i >> 2u][i & 3u];

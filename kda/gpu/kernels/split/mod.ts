@@ -47,13 +47,6 @@ const LP_OPERAND = 16 * LP_STRIDE;
 const PREP_HALF = 1024;
 const PREP_WU = 512;
 const PREP_VEC4 = PREP_HALF + PREP_WU;
-/**
- * vec4s of `prep` that gateFactors uses (prep.wgsl): the gate sums' staged slices of g, q and k
- * (3 x 16 channels x 64 rows) and the parts' totals (one vec4 an invocation), 16 KB. Its pipeline
- * sizes `prep` to them (an override), so that three of its workgroups share an SM of the H200
- * instead of chunkPrep's two.
- */
-const GATE_PREP_VEC4 = (3 * 16 * 64) / 4 + WORKGROUP_SIZE;
 if (7 * LP_OPERAND > PREP_VEC4) throw new Error("the pairwise products' stage exceeds prep");
 /** Widest scan tile (V columns). */
 const MAX_SCAN_TILE = 32;
@@ -267,6 +260,7 @@ const ACCESSORS: readonly AccessorDecl[] = [
   // (vec4 views of the caller's arrays beside them measured slower: bench/results/ANALYSIS.md)
   ["load", "q", "K"],
   ["load", "k", "K"],
+  ["load", "g", "K"],
   ["load", "dout", "V"],
   ["load", "v", "V"],
   ["load", "work", "K"],
@@ -305,6 +299,7 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ["store", "dg", "K"],
   ["store", "dqh", "K"],
   ["store", "dkh", "K"],
+  ["store", "gates", "K"],
   ["gather", "q", "K"],
   ["gather", "k", "K"],
   ["gather", "v", "K"],
@@ -374,7 +369,6 @@ export const SPLIT: KernelSet = {
     PREP_HALF,
     PREP_WU,
     PREP_VEC4,
-    GATE_PREP_VEC4,
     LP_BLOCK,
     LP_STRIDE,
     LP_OPERAND,
@@ -575,7 +569,6 @@ export const SPLIT: KernelSet = {
         grid: sliceGrid,
         sliced: true,
         uses: ["q", "k", "g", "chunks", "gates"],
-        overrides: { PREP_LEN: GATE_PREP_VEC4 },
       },
       {
         entry: "stateScanBackward",

@@ -24,8 +24,7 @@ const CS_Q: u32 = 64u * CS_BLOCK;
 const CS_K: u32 = 2u * CS_Q;
 // vec4 index of the parts' totals (gateSumPack), part j of channel dd at CS_TOTALS + j CS_BLOCK + dd
 const CS_TOTALS: u32 = 3u * CS_Q / 4u;
-const_assert CS_TOTALS + WG <= GATE_PREP_VEC4;
-const_assert GATE_PREP_VEC4 <= PREP_VEC4;
+const_assert CS_TOTALS + WG <= PREP_VEC4;
 
 // Entry e of a slice of gateCumsum's staged operands from channel d0: g, q and k at row
 // e / CS_BLOCK, channel d0 + e % CS_BLOCK; zero past the channels, and not loaded past the valid
@@ -657,9 +656,55 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 
 // A saved forward keeps neither the gate sums nor Kd and Qg. At the start of each slice the
 // backward forms them again into the slice's gate sums (GATES, its block at the chunk's position),
-// with chunkPrep's sums over the same staged slices and the same decays, so their bits are the
-// ones the forward computed with: its cumsum loop with other stores (a storage buffer cannot be
-// passed to a function, and chunkPrep's buffers are the forward's alone).
+// with chunkPrep's decays (gateDecays) of the same integer sums, so their bits are the ones the
+// forward computed with: an integer sum has one value whatever its order, so this stage sums by
+// channel quads, straight from memory, where chunkPrep sums channels staged in its workgroup
+// memory. Each invocation takes a quad of channels (one vec4 of a row: a warp reads 32 of them,
+// a whole row of K = 128, at once) and a part of GF_PARTS parts of the rows; the parts' totals
+// meet in gfTotals (8 KB: several workgroups share an SM).
+const GF_QUADS: u32 = 32u;
+const GF_PARTS: u32 = WG / GF_QUADS;
+// A part's running sums of its four channels as u32 pairs (hi, lo; hi, lo), two vec4u an invocation
+var<workgroup> gfTotals: array<vec4u, 2u * WG>;
+
+struct GateSums4 {
+  s: array<GateSum, 4>,
+}
+
+fn gateSums4Add(a: GateSums4, g: vec4f) -> GateSums4 {
+  return GateSums4(array<GateSum, 4>(
+    gateSumAdd(a.s[0], g.x),
+    gateSumAdd(a.s[1], g.y),
+    gateSumAdd(a.s[2], g.z),
+    gateSumAdd(a.s[3], g.w),
+  ));
+}
+
+fn gateSums4Join(a: GateSums4, b: GateSums4) -> GateSums4 {
+  return GateSums4(array<GateSum, 4>(
+    gateSumJoin(a.s[0], b.s[0]),
+    gateSumJoin(a.s[1], b.s[1]),
+    gateSumJoin(a.s[2], b.s[2]),
+    gateSumJoin(a.s[3], b.s[3]),
+  ));
+}
+
+fn gfTotalsSet(i: u32, a: GateSums4) {
+  gfTotals[2u * i] = vec4u(bitcast<u32>(a.s[0].hi), a.s[0].lo, bitcast<u32>(a.s[1].hi), a.s[1].lo);
+  gfTotals[2u * i + 1u] = vec4u(bitcast<u32>(a.s[2].hi), a.s[2].lo, bitcast<u32>(a.s[3].hi), a.s[3].lo);
+}
+
+fn gfTotalsAt(i: u32) -> GateSums4 {
+  let a = gfTotals[2u * i];
+  let b = gfTotals[2u * i + 1u];
+  return GateSums4(array<GateSum, 4>(
+    GateSum(bitcast<i32>(a.x), a.y),
+    GateSum(bitcast<i32>(a.z), a.w),
+    GateSum(bitcast<i32>(b.x), b.y),
+    GateSum(bitcast<i32>(b.z), b.w),
+  ));
+}
+
 @compute @workgroup_size(256)
 fn gateFactors(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let pos = range.n0 + chunkIndex(wg);
@@ -667,24 +712,47 @@ fn gateFactors(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     return;
   }
   let at = slicedChunkOf(pos, wg.z);
-  let csd = lid % CS_BLOCK;
-  var csNext = csSlice(at, 0u, lid);
-  for (var d0 = 0u; d0 < p.K; d0 += CS_BLOCK) {
-    let d = d0 + csd;
-    let slice = gateSlice(at, d0, lid, csNext);
-    csNext = slice.next;
-    var acc = slice.parts.before;
-    if (d < p.K) {
-      for (var r = slice.r0; r < slice.r1; r++) {
-        acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
-        let i = at.gates + r * p.K + d;
-        let f = gateDecays(slice.parts.total, acc);
-        gates[xG() + i] = gateSumHi(acc);
-        gates[xGlo() + i] = gateSumLo(acc);
-        gates[xQg() + i] = p.scale * prepF(CS_Q + r * CS_BLOCK + csd) * f.x;
-        gates[xKd() + i] = prepF(CS_K + r * CS_BLOCK + csd) * f.y;
+  let cq = lid % GF_QUADS;
+  let part = lid / GF_QUADS;
+  let rp = (p.C + GF_PARTS - 1u) / GF_PARTS;
+  let r0 = min(part * rp, at.cv);
+  let r1 = min(r0 + rp, at.cv);
+  let zero = GateSums4(array<GateSum, 4>(GateSum(0i, 0u), GateSum(0i, 0u), GateSum(0i, 0u), GateSum(0i, 0u)));
+  for (var d0 = 0u; d0 < p.K; d0 += 4u * GF_QUADS) {
+    let d = d0 + 4u * cq;
+    // this part's sums, then the sums before it and over the chunk from the parts' totals
+    var acc = zero;
+    for (var r = r0; r < r1; r++) {
+      acc = gateSums4Add(acc, gK4(aG() + vrow(at, r) * p.K, d));
+    }
+    gfTotalsSet(lid, acc);
+    workgroupBarrier();
+    var total = zero;
+    var before = zero;
+    for (var j = 0u; j < GF_PARTS; j++) {
+      if (j == part) {
+        before = total;
       }
+      total = gateSums4Join(total, gfTotalsAt(j * GF_QUADS + cq));
     }
     workgroupBarrier();
+    if (d < p.K) {
+      acc = before;
+      for (var r = r0; r < r1; r++) {
+        acc = gateSums4Add(acc, gK4(aG() + vrow(at, r) * p.K, d));
+        let qk = qrow(at, r) * p.K;
+        let qv = qK4(aQ() + qk, d);
+        let kv = kK4(aK() + qk, d);
+        let f0 = gateDecays(total.s[0], acc.s[0]);
+        let f1 = gateDecays(total.s[1], acc.s[1]);
+        let f2 = gateDecays(total.s[2], acc.s[2]);
+        let f3 = gateDecays(total.s[3], acc.s[3]);
+        let i = at.gates + r * p.K;
+        gatesStoreK(xG() + i, d, vec4f(gateSumHi(acc.s[0]), gateSumHi(acc.s[1]), gateSumHi(acc.s[2]), gateSumHi(acc.s[3])));
+        gatesStoreK(xGlo() + i, d, vec4f(gateSumLo(acc.s[0]), gateSumLo(acc.s[1]), gateSumLo(acc.s[2]), gateSumLo(acc.s[3])));
+        gatesStoreK(xQg() + i, d, p.scale * qv * vec4f(f0.x, f1.x, f2.x, f3.x));
+        gatesStoreK(xKd() + i, d, kv * vec4f(f0.y, f1.y, f2.y, f3.y));
+      }
+    }
   }
 }
