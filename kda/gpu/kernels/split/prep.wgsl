@@ -14,120 +14,112 @@
 // of blocks. Pairs inside one block are formed directly (six exps per channel), and those blocks'
 // channels are split over four invocations whose partial sums are added in a fixed order.
 
-// gateCumsum and gateFactors run over slices of CS_BLOCK channels staged in prep (floats): g, and
-// q and k for the factors, row r of the slice at r CS_BLOCK (all 256 invocations loading
-// neighbouring floats of a row at once), then the totals of the row parts. A channel's rows are cut
-// into WG / CS_BLOCK parts of C / 16 rows, one invocation each.
-const CS_BLOCK: u32 = 16u;
-// where q's and k's slices start (floats): after C CS_BLOCK floats of g (C <= 64)
-const CS_Q: u32 = 64u * CS_BLOCK;
-const CS_K: u32 = 2u * CS_Q;
-// vec4 index of the parts' totals (gateSumPack), part j of channel dd at CS_TOTALS + j CS_BLOCK + dd
-const CS_TOTALS: u32 = 3u * CS_Q / 4u;
-const_assert CS_TOTALS + WG <= PREP_VEC4;
+// gateCumsum and gateFactors run by channel quads, straight from memory: each invocation takes a
+// quad of channels (one vec4 of a row: a warp reads 32 of them, a whole row of K = 128, at once)
+// and one of GQ_PARTS parts of the rows. It sums its part (gateQuadPart), the parts' totals meet in
+// workgroup memory, and it sums its part again from the sum of the parts before it, forming the
+// factors row by row (gateQuadRow). Integer sums are exact, so a part that restarts from the sum
+// of the parts before it gives the bits of one pass, and the order of the parts' joins is free.
+const GQ_QUADS: u32 = 32u;
+const GQ_PARTS: u32 = WG / GQ_QUADS;
 
-// Entry e of a slice of gateCumsum's staged operands from channel d0: g, q and k at row
-// e / CS_BLOCK, channel d0 + e % CS_BLOCK; zero past the channels, and not loaded past the valid
-// rows (where nothing is staged)
-fn csValue(at: ChunkAt, d0: u32, e: u32) -> vec3f {
-  let r = e / CS_BLOCK;
-  let dc = d0 + e % CS_BLOCK;
-  var gv = 0.0;
-  var qv = 0.0;
-  var kv = 0.0;
-  if (e < at.cv * CS_BLOCK && dc < p.K) {
-    gv = g[aG() + vrow(at, r) * p.K + dc];
-    // ABLATE factors {
-    let row = qrow(at, r) * p.K + dc;
-    qv = q[aQ() + row];
-    kv = k[aK() + row];
-    // ABLATE factors }
+// The running sums of four channels
+struct GateSums4 {
+  s: array<GateSum, 4>,
+}
+
+fn gateSums4Add(a: GateSums4, g: vec4f) -> GateSums4 {
+  return GateSums4(array<GateSum, 4>(
+    gateSumAdd(a.s[0], g.x),
+    gateSumAdd(a.s[1], g.y),
+    gateSumAdd(a.s[2], g.z),
+    gateSumAdd(a.s[3], g.w),
+  ));
+}
+
+fn gateSums4Join(a: GateSums4, b: GateSums4) -> GateSums4 {
+  return GateSums4(array<GateSum, 4>(
+    gateSumJoin(a.s[0], b.s[0]),
+    gateSumJoin(a.s[1], b.s[1]),
+    gateSumJoin(a.s[2], b.s[2]),
+    gateSumJoin(a.s[3], b.s[3]),
+  ));
+}
+
+fn gateSums4Zero() -> GateSums4 {
+  return GateSums4(array<GateSum, 4>(GateSum(0i, 0u), GateSum(0i, 0u), GateSum(0i, 0u), GateSum(0i, 0u)));
+}
+
+// Where an invocation works: its channel quad's first channel d in the turn from d0, its part's
+// rows r0..r1 (C / GQ_PARTS rows; none past the valid rows)
+struct GateQuad {
+  d: u32,
+  part: u32,
+  r0: u32,
+  r1: u32,
+}
+
+fn gateQuad(at: ChunkAt, d0: u32, lid: u32) -> GateQuad {
+  let rp = (p.C + GQ_PARTS - 1u) / GQ_PARTS;
+  let part = lid / GQ_QUADS;
+  let r0 = min(part * rp, at.cv);
+  return GateQuad(d0 + 4u * (lid % GQ_QUADS), part, r0, min(r0 + rp, at.cv));
+}
+
+// The sums of a part's rows (g is zero past K)
+fn gateQuadPart(at: ChunkAt, w: GateQuad) -> GateSums4 {
+  var acc = gateSums4Zero();
+  for (var r = w.r0; r < w.r1; r++) {
+    acc = gateSums4Add(acc, gK4(aG() + vrow(at, r) * p.K, w.d));
   }
-  return vec3f(gv, qv, kv);
+  return acc;
 }
 
-// An invocation's entries lid + i WG of a slice (i < C CS_BLOCK / WG <= 4), held in registers a
-// slice ahead of the sums (g's staged region, CS_Q floats, is at most four an invocation)
-const_assert CS_Q <= 4u * WG;
-struct CsAhead {
-  v0: vec3f,
-  v1: vec3f,
-  v2: vec3f,
-  v3: vec3f,
+// What a row's sums give its four channels: G as hi + lo, Qg = scale Q (.) Gamma, Kd = K (.)
+// e^{G_C - G} and K (.) Gamma
+struct GateRow {
+  hi: vec4f,
+  lo: vec4f,
+  qg: vec4f,
+  kd: vec4f,
+  kg: vec4f,
 }
 
-fn csSlice(at: ChunkAt, d0: u32, lid: u32) -> CsAhead {
-  return CsAhead(
-    csValue(at, d0, lid),
-    csValue(at, d0, lid + WG),
-    csValue(at, d0, lid + 2u * WG),
-    csValue(at, d0, lid + 3u * WG),
+fn gateQuadRow(at: ChunkAt, r: u32, d: u32, total: GateSums4, acc: GateSums4) -> GateRow {
+  let qk = qrow(at, r) * p.K;
+  let qv = qK4(aQ() + qk, d);
+  let kv = kK4(aK() + qk, d);
+  let f0 = gateDecays(total.s[0], acc.s[0]);
+  let f1 = gateDecays(total.s[1], acc.s[1]);
+  let f2 = gateDecays(total.s[2], acc.s[2]);
+  let f3 = gateDecays(total.s[3], acc.s[3]);
+  let gam = vec4f(f0.x, f1.x, f2.x, f3.x);
+  return GateRow(
+    vec4f(gateSumHi(acc.s[0]), gateSumHi(acc.s[1]), gateSumHi(acc.s[2]), gateSumHi(acc.s[3])),
+    vec4f(gateSumLo(acc.s[0]), gateSumLo(acc.s[1]), gateSumLo(acc.s[2]), gateSumLo(acc.s[3])),
+    p.scale * qv * gam,
+    kv * vec4f(f0.y, f1.y, f2.y, f3.y),
+    kv * gam,
   );
 }
 
-// Stages entry e of a slice (g, q, k) in prep: row r of the slice at r CS_BLOCK, valid rows only
-fn csStageOne(e: u32, v: vec3f, cv: u32) {
-  if (e < cv * CS_BLOCK) {
-    prepSet(e, v.x);
-    prepSet(CS_Q + e, v.y);
-    prepSet(CS_K + e, v.z);
-  }
+// chunkPrep's parts' totals in prep, packed exactly (gateSumPack): four vec4s an invocation
+const_assert 4u * WG <= PREP_VEC4;
+
+fn prepTotalsSet(i: u32, a: GateSums4) {
+  prep[4u * i] = gateSumPack(a.s[0]);
+  prep[4u * i + 1u] = gateSumPack(a.s[1]);
+  prep[4u * i + 2u] = gateSumPack(a.s[2]);
+  prep[4u * i + 3u] = gateSumPack(a.s[3]);
 }
 
-fn csStage(lid: u32, s: CsAhead, cv: u32) {
-  csStageOne(lid, s.v0, cv);
-  csStageOne(lid + WG, s.v1, cv);
-  csStageOne(lid + 2u * WG, s.v2, cv);
-  csStageOne(lid + 3u * WG, s.v3, cv);
-}
-
-// The running sums of a slice's channel (d0 + lid % CS_BLOCK) at the start of this invocation's
-// part (before) and over the chunk (total): each of the channel's WG / CS_BLOCK parts sums its
-// rows r0..r1 from prep, and the parts' totals meet in prep. Integer sums are exact, so a part that
-// restarts from the sum of the parts before it gives the bits of one pass.
-struct GateParts {
-  before: GateSum,
-  total: GateSum,
-}
-
-fn gateParts(lid: u32, r0: u32, r1: u32) -> GateParts {
-  let csd = lid % CS_BLOCK;
-  let part = lid / CS_BLOCK;
-  var acc = GateSum(0i, 0u);
-  for (var r = r0; r < r1; r++) {
-    acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
-  }
-  prep[CS_TOTALS + lid] = gateSumPack(acc);
-  workgroupBarrier();
-  var total = GateSum(0i, 0u);
-  var before = GateSum(0i, 0u);
-  for (var j = 0u; j < WG / CS_BLOCK; j++) {
-    if (j == part) {
-      before = total;
-    }
-    total = gateSumJoin(total, gateSumUnpack(prep[CS_TOTALS + j * CS_BLOCK + csd]));
-  }
-  return GateParts(before, total);
-}
-
-// One slice of channels d0.. of gateCumsum: stages the slice loaded ahead, loads the next one into
-// registers (nothing past K), and sums the parts: this invocation's rows r0..r1 of its channel,
-// the running sums at their start and over the chunk, and the next slice.
-struct GateSlice {
-  r0: u32,
-  r1: u32,
-  parts: GateParts,
-  next: CsAhead,
-}
-
-fn gateSlice(at: ChunkAt, d0: u32, lid: u32, ahead: CsAhead) -> GateSlice {
-  csStage(lid, ahead, at.cv);
-  workgroupBarrier();
-  let next = csSlice(at, d0 + CS_BLOCK, lid);
-  let rp = p.C / (WG / CS_BLOCK);
-  let r0 = min((lid / CS_BLOCK) * rp, at.cv);
-  let r1 = min(r0 + rp, at.cv);
-  return GateSlice(r0, r1, gateParts(lid, r0, r1), next);
+fn prepTotalsAt(i: u32) -> GateSums4 {
+  return GateSums4(array<GateSum, 4>(
+    gateSumUnpack(prep[4u * i]),
+    gateSumUnpack(prep[4u * i + 1u]),
+    gateSumUnpack(prep[4u * i + 2u]),
+    gateSumUnpack(prep[4u * i + 3u]),
+  ));
 }
 
 // e^{G_r} and e^{G_C - G_r} of a row's running sum G_r in a chunk of sum G_C (gateFactors). G_C -
@@ -292,45 +284,50 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   let last = cv - 1u;
 
   // gateCumsum: G_r = sum_{s <= r} g_s per channel in token order, in fixed point (gateSumAdd),
-  // over slices of CS_BLOCK channels staged in prep (gateParts). G_C (the sum of all parts) is
+  // by channel quads (gateQuad); the parts' totals meet in prep. G_C (the sum of all parts) is
   // known to every part: gateFactors runs in the same pass, with no second read of G from memory.
   // G's high part goes to U's block, which holds nothing else until the end of the stage (U
   // replaces it there once the pairwise products have read it), and its low part to a buffer of
   // the forward's own: the gate sums are not kept (the backward forms them again, gateFactors).
-  let csd = lid % CS_BLOCK;
   // ABLATE cumsum {
-  // each slice's g, q and k are loaded a slice ahead (the first here), into registers before the
-  // sums of the one before, and staged behind its last barrier
-  var csNext = csSlice(at, 0u, lid);
-  for (var d0 = 0u; d0 < p.K; d0 += CS_BLOCK) {
-    let d = d0 + csd;
-    let slice = gateSlice(at, d0, lid, csNext);
-    csNext = slice.next;
-    var acc = slice.parts.before;
-    if (d < p.K) {
-      for (var r = slice.r0; r < slice.r1; r++) {
-        acc = gateSumAdd(acc, prepF(r * CS_BLOCK + csd));
-        let hi = gateSumHi(acc);
-        let lo = gateSumLo(acc);
-        let i = r * p.K + d;
-        u[at.u + uU() + i] = hi;
-        glo[at.glo + lGlo() + i] = lo;
-        // gateFactors: Qg = scale Q (.) Gamma, Kd = K (.) e^{G_C - G}, and K (.) Gamma left in W
-        // (the right operand W's product stages, before W replaces it)
+  for (var d0 = 0u; d0 < p.K; d0 += 4u * GQ_QUADS) {
+    let w = gateQuad(at, d0, lid);
+    prepTotalsSet(lid, gateQuadPart(at, w));
+    workgroupBarrier();
+    var total = gateSums4Zero();
+    var before = total;
+    for (var j = 0u; j < GQ_PARTS; j++) {
+      if (j == w.part) {
+        before = total;
+      }
+      total = gateSums4Join(total, prepTotalsAt(j * GQ_QUADS + lid % GQ_QUADS));
+    }
+    // the next turn overwrites the totals
+    workgroupBarrier();
+    if (w.d < p.K) {
+      var acc = before;
+      for (var r = w.r0; r < w.r1; r++) {
+        acc = gateSums4Add(acc, gK4(aG() + vrow(at, r) * p.K, w.d));
+        let i = r * p.K;
+        let f = gateQuadRow(at, r, w.d, total, acc);
+        uStoreK(at.u + uU() + i, w.d, f.hi);
+        gloStoreK(at.glo + lGlo() + i, w.d, f.lo);
+        // gateFactors: Qg, Kd, and K (.) Gamma left in W (the right operand W's product stages,
+        // before W replaces it)
         // ABLATE factors {
-        let f = gateDecays(slice.parts.total, acc);
-        let kv = prepF(CS_K + r * CS_BLOCK + csd);
-        qg[at.qg + qQg() + i] = p.scale * prepF(CS_Q + r * CS_BLOCK + csd) * f.x;
-        kd[at.kd + dKd() + i] = kv * f.y;
-        work[at.work + wW() + i] = kv * f.x;
+        qgStoreK(at.qg + qQg() + i, w.d, f.qg);
+        kdStoreK(at.kd + dKd() + i, w.d, f.kd);
+        workStoreK(at.work + wW() + i, w.d, f.kg);
         // ABLATE factors }
       }
-      if (lid < CS_BLOCK) {
-        work[at.work + wGam() + d] = decay(gateSumHi(slice.parts.total) + gateSumLo(slice.parts.total));
+      if (w.part == 0u) {
+        var gam = vec4f(0.0);
+        for (var l = 0u; l < 4u; l++) {
+          gam[l] = decay(gateSumHi(total.s[l]) + gateSumLo(total.s[l]));
+        }
+        workStoreK(at.work + wGam(), w.d, gam);
       }
     }
-    // the next slice overwrites the staged rows and the totals
-    workgroupBarrier();
   }
   // ABLATE cumsum }
   stageBarrier();
@@ -655,39 +652,12 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 // ---- gateFactors: the backward's gate sums ----
 
 // A saved forward keeps neither the gate sums nor Kd and Qg. At the start of each slice the
-// backward forms them again into the slice's gate sums (GATES, its block at the chunk's position),
-// with chunkPrep's decays (gateDecays) of the same integer sums, so their bits are the ones the
-// forward computed with: an integer sum has one value whatever its order, so this stage sums by
-// channel quads, straight from memory, where chunkPrep sums channels staged in its workgroup
-// memory. Each invocation takes a quad of channels (one vec4 of a row: a warp reads 32 of them,
-// a whole row of K = 128, at once) and a part of GF_PARTS parts of the rows; the parts' totals
-// meet in gfTotals (8 KB: several workgroups share an SM).
-const GF_QUADS: u32 = 32u;
-const GF_PARTS: u32 = WG / GF_QUADS;
+// backward forms them again into the slice's gate sums (GATES, its block at the chunk's position)
+// as chunkPrep formed them (gateQuad, gateQuadPart, gateQuadRow), so their bits are the ones the
+// forward computed with. Its parts' totals meet in 8 KB of its own instead of chunkPrep's 24 KB,
+// so that more of its workgroups share an SM.
 // A part's running sums of its four channels as u32 pairs (hi, lo; hi, lo), two vec4u an invocation
 var<workgroup> gfTotals: array<vec4u, 2u * WG>;
-
-struct GateSums4 {
-  s: array<GateSum, 4>,
-}
-
-fn gateSums4Add(a: GateSums4, g: vec4f) -> GateSums4 {
-  return GateSums4(array<GateSum, 4>(
-    gateSumAdd(a.s[0], g.x),
-    gateSumAdd(a.s[1], g.y),
-    gateSumAdd(a.s[2], g.z),
-    gateSumAdd(a.s[3], g.w),
-  ));
-}
-
-fn gateSums4Join(a: GateSums4, b: GateSums4) -> GateSums4 {
-  return GateSums4(array<GateSum, 4>(
-    gateSumJoin(a.s[0], b.s[0]),
-    gateSumJoin(a.s[1], b.s[1]),
-    gateSumJoin(a.s[2], b.s[2]),
-    gateSumJoin(a.s[3], b.s[3]),
-  ));
-}
 
 fn gfTotalsSet(i: u32, a: GateSums4) {
   gfTotals[2u * i] = vec4u(bitcast<u32>(a.s[0].hi), a.s[0].lo, bitcast<u32>(a.s[1].hi), a.s[1].lo);
@@ -712,46 +682,29 @@ fn gateFactors(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     return;
   }
   let at = slicedChunkOf(pos, wg.z);
-  let cq = lid % GF_QUADS;
-  let part = lid / GF_QUADS;
-  let rp = (p.C + GF_PARTS - 1u) / GF_PARTS;
-  let r0 = min(part * rp, at.cv);
-  let r1 = min(r0 + rp, at.cv);
-  let zero = GateSums4(array<GateSum, 4>(GateSum(0i, 0u), GateSum(0i, 0u), GateSum(0i, 0u), GateSum(0i, 0u)));
-  for (var d0 = 0u; d0 < p.K; d0 += 4u * GF_QUADS) {
-    let d = d0 + 4u * cq;
-    // this part's sums, then the sums before it and over the chunk from the parts' totals
-    var acc = zero;
-    for (var r = r0; r < r1; r++) {
-      acc = gateSums4Add(acc, gK4(aG() + vrow(at, r) * p.K, d));
-    }
-    gfTotalsSet(lid, acc);
+  for (var d0 = 0u; d0 < p.K; d0 += 4u * GQ_QUADS) {
+    let w = gateQuad(at, d0, lid);
+    gfTotalsSet(lid, gateQuadPart(at, w));
     workgroupBarrier();
-    var total = zero;
-    var before = zero;
-    for (var j = 0u; j < GF_PARTS; j++) {
-      if (j == part) {
+    var total = gateSums4Zero();
+    var before = total;
+    for (var j = 0u; j < GQ_PARTS; j++) {
+      if (j == w.part) {
         before = total;
       }
-      total = gateSums4Join(total, gfTotalsAt(j * GF_QUADS + cq));
+      total = gateSums4Join(total, gfTotalsAt(j * GQ_QUADS + lid % GQ_QUADS));
     }
     workgroupBarrier();
-    if (d < p.K) {
-      acc = before;
-      for (var r = r0; r < r1; r++) {
-        acc = gateSums4Add(acc, gK4(aG() + vrow(at, r) * p.K, d));
-        let qk = qrow(at, r) * p.K;
-        let qv = qK4(aQ() + qk, d);
-        let kv = kK4(aK() + qk, d);
-        let f0 = gateDecays(total.s[0], acc.s[0]);
-        let f1 = gateDecays(total.s[1], acc.s[1]);
-        let f2 = gateDecays(total.s[2], acc.s[2]);
-        let f3 = gateDecays(total.s[3], acc.s[3]);
+    if (w.d < p.K) {
+      var acc = before;
+      for (var r = w.r0; r < w.r1; r++) {
+        acc = gateSums4Add(acc, gK4(aG() + vrow(at, r) * p.K, w.d));
         let i = at.gates + r * p.K;
-        gatesStoreK(xG() + i, d, vec4f(gateSumHi(acc.s[0]), gateSumHi(acc.s[1]), gateSumHi(acc.s[2]), gateSumHi(acc.s[3])));
-        gatesStoreK(xGlo() + i, d, vec4f(gateSumLo(acc.s[0]), gateSumLo(acc.s[1]), gateSumLo(acc.s[2]), gateSumLo(acc.s[3])));
-        gatesStoreK(xQg() + i, d, p.scale * qv * vec4f(f0.x, f1.x, f2.x, f3.x));
-        gatesStoreK(xKd() + i, d, kv * vec4f(f0.y, f1.y, f2.y, f3.y));
+        let f = gateQuadRow(at, r, w.d, total, acc);
+        gatesStoreK(xG() + i, w.d, f.hi);
+        gatesStoreK(xGlo() + i, w.d, f.lo);
+        gatesStoreK(xQg() + i, w.d, f.qg);
+        gatesStoreK(xKd() + i, w.d, f.kd);
       }
     }
   }
