@@ -7,7 +7,8 @@
 // chunkPrep's workgroup memory (prep.wgsl), one array of 24 KB carved by phase: vec4s
 // [0, PREP_HALF) hold the C x C matrix of the substitution and then T diag(beta) as the left
 // operand of W and U; vec4s [PREP_HALF, PREP_VEC4) the slices of the right operands of W and U.
-// The gate sums' slices and the staged operands of the pairwise products span the whole array.
+// The gate sums' part totals (the first 4 WG vec4s) and the staged operands of the pairwise
+// products span the whole array.
 // Scalars are addressed as floats (prepF, prepSet).
 var<workgroup> prep: array<vec4f, PREP_VEC4>;
 

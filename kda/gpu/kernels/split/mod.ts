@@ -39,10 +39,10 @@ const LP_OPERAND = 16 * LP_STRIDE;
  * SM of the H200 (ANALYSIS.md, seventh pass): its first PREP_HALF vec4s hold the C x (C + 1)
  * substitution matrix (its padded stride reaches a little past them while nothing else is there)
  * and then T diag(beta) (C^2 / 4 vec4s at C = 64), the PREP_WU after them the slices of W's and
- * U's right operands (16 rows of 128 columns). The gate sums' staged slices (g, q, k: 3 x 16
- * channels x C rows, then the parts' totals) and the seven staged operands of the pairwise
- * products (7 LP_OPERAND vec4s) span the whole array, which holds nothing else while they are in
- * use.
+ * U's right operands (16 rows of 128 columns). The gate sums' part totals (four packed vec4s
+ * an invocation: the sums themselves are read from memory, prep.wgsl) and the seven staged
+ * operands of the pairwise products (7 LP_OPERAND vec4s) span the whole array, which holds
+ * nothing else while they are in use.
  */
 const PREP_HALF = 1024;
 const PREP_WU = 512;

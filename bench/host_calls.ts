@@ -1,0 +1,117 @@
+// `deno task bench:host B,T,H,K,V [KERNELS]`: what one kda and one kdaVjp on GpuTensors cost the
+// host, WebGPU call by WebGPU call. Every method of the device, the queue, the command and pass
+// encoders and the buffers is wrapped and timed; CALLS calls run chained (pool on, the last
+// result read once at the end), and the table gives each method's calls and milliseconds per
+// call (a promise's until it settles). The read after the loop is the mapAsync row: on Deno
+// 2.9.6 a mapAsync waits for the queue and then sleeps a fixed 10 ms (ext/webgpu's map loop), the
+// floor under any read. Prints text; writes nothing.
+//
+//   deno task bench:host 8,4096,16,128,128 split
+
+import type { KdaProblem } from "../kda/_types.ts";
+
+type Stat = { n: number; ms: number };
+const stats = new Map<string, Stat>();
+
+/** Wraps every method of a WebGPU prototype so that its calls are counted and timed. */
+function wrap(proto: object, cls: string): void {
+  const methods = proto as Record<string, unknown>;
+  for (const name of Object.getOwnPropertyNames(proto)) {
+    const d = Object.getOwnPropertyDescriptor(proto, name);
+    if (d === undefined || typeof d.value !== "function" || name === "constructor") continue;
+    const f = d.value as (...args: unknown[]) => unknown;
+    const key = `${cls}.${name}`;
+    methods[name] = function (this: unknown, ...args: unknown[]) {
+      const s = stats.get(key) ?? { n: 0, ms: 0 };
+      stats.set(key, s);
+      s.n++;
+      const t0 = performance.now();
+      const out = f.apply(this, args);
+      if (out instanceof Promise) {
+        return out.finally(() => {
+          s.ms += performance.now() - t0;
+        });
+      }
+      s.ms += performance.now() - t0;
+      return out;
+    };
+  }
+}
+
+wrap(GPUDevice.prototype, "device");
+wrap(GPUQueue.prototype, "queue");
+wrap(GPUCommandEncoder.prototype, "encoder");
+wrap(GPUComputePassEncoder.prototype, "pass");
+wrap(GPUBuffer.prototype, "buffer");
+
+// imported after the wrapping, so that the package's module-level objects see wrapped methods
+const { kda, kdaVjp } = await import("../kda/op/op.ts");
+const { releaseTensors, toGpu } = await import("../kda/gpu/tensor.ts");
+const { toGpuInputs } = await import("../kda/op/device_inputs.ts");
+
+const dims = (Deno.args[0] ?? "1,64,1,16,16").split(",").map(Number);
+if (dims.length !== 5 || !dims.every((x) => Number.isInteger(x) && x > 0)) {
+  throw new RangeError(
+    `Invalid shape: expected B,T,H,K,V as five positive integers, got ${Deno.args[0]}`,
+  );
+}
+const [B, T, H, K, V] = dims;
+const kernels = Deno.args[1] ?? "split";
+const CALLS = 20;
+const rows = B * T * H;
+const wave = (n: number, scale: number) => {
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) a[i] = Math.sin(i * 0.37) * scale;
+  return a;
+};
+const beta = wave(rows, 0.45).map((x) => 0.5 + x);
+const x: KdaProblem<Float32Array> = {
+  B,
+  T,
+  H,
+  K,
+  V,
+  scale: 1 / Math.sqrt(K),
+  q: wave(rows * K, 0.5),
+  k: wave(rows * K, 0.1),
+  v: wave(rows * V, 0.5),
+  g: wave(rows * K, 0.01).map((a) => -Math.abs(a)),
+  beta,
+};
+const inputs = await toGpuInputs(x);
+const dout = await toGpu(wave(rows * V, 0.5), [B, T, H, V]);
+const options = { arm: "gpu", strict: true, chunkSize: K >= 64 ? 64 : 16, kernels } as const;
+
+for (const which of ["kda", "kdaVjp"] as const) {
+  const step = () => which === "kda" ? kda(inputs, options) : kdaVjp(inputs, { dout }, options);
+  const readLast = (last: Awaited<ReturnType<typeof step>>) =>
+    "ht" in last ? last.ht.read() : last.dbeta.read();
+  // warm-up: pipelines, and the pool filled
+  let last = await step();
+  for (let i = 0; i < 4; i++) {
+    releaseTensors(last);
+    last = await step();
+  }
+  await readLast(last);
+  stats.clear();
+  const t0 = performance.now();
+  for (let i = 0; i < CALLS; i++) {
+    releaseTensors(last);
+    last = await step();
+  }
+  const hostMs = (performance.now() - t0) / CALLS;
+  await readLast(last);
+  const wallMs = (performance.now() - t0) / CALLS;
+  releaseTensors(last);
+  console.log(
+    `${which} (${dims.join(", ")}) ${kernels}: host ${hostMs.toFixed(3)} ms a call, ` +
+      `wall ${wallMs.toFixed(3)} ms a call with the one read (${CALLS} calls)`,
+  );
+  for (const [key, s] of [...stats].sort((a, b) => b[1].ms - a[1].ms)) {
+    console.log(
+      `  ${key.padEnd(34)} ${(s.n / CALLS).toFixed(1).padStart(6)} calls ` +
+        `${(s.ms / CALLS).toFixed(3)} ms`,
+    );
+  }
+}
+releaseTensors(inputs, dout);
