@@ -3,8 +3,9 @@
 // encoders and the buffers is wrapped and timed; CALLS calls run chained (pool on, the last
 // result read once at the end), and the table gives each method's calls and milliseconds per
 // call (a promise's until it settles). The read after the loop is the mapAsync row: on Deno
-// 2.9.6 a mapAsync waits for the queue and then sleeps a fixed 10 ms (ext/webgpu's map loop), the
-// floor under any read. Prints text; writes nothing.
+// 2.9.6 a mapAsync waits for the queue and then sleeps a fixed 10 ms before it resolves, the floor
+// under any read (bench/results/ANALYSIS.md, ninth pass). bench/host_profile.ts splits one
+// step's wall by phase instead (forward, backward, read). Prints text; writes nothing.
 //
 //   deno task bench:host 8,4096,16,128,128 split
 

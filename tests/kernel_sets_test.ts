@@ -92,9 +92,10 @@ const CASES: Case[] = [
     seed: 4,
   },
   {
-    // the width of the benchmarked shapes: K between 65 and 128 splits the split set's gate sums
-    // over two invocations a channel and its pairwise sums over two turns of channels, and four
-    // 16-row blocks a chunk take every path of Stage E's anchors (a short last chunk too)
+    // the width of the benchmarked shapes: K = 128 fills the split set's 32 channel quads of the
+    // gate sums in one turn (K = 256 above takes two) and splits its pairwise sums over two turns
+    // of channels, and four 16-row blocks a chunk take every path of Stage E's anchors (a short
+    // last chunk too)
     label: "K=V=128",
     B: 1,
     T: 150,
