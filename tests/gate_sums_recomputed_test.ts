@@ -1,0 +1,136 @@
+// The split set's saved forward keeps neither the gate sums nor Kd and Qg: the backward's first stage
+// (gateFactors) forms them again. Its gradients are right only if those are the forward's own bits,
+// and an f32 bar could not tell a near miss from them: this file reads both sides' buffers and
+// compares every valid entry of Kd, Qg and the sums' low parts bit for bit (the high parts do not
+// outlive chunkPrep, where U replaces them: Kd and Qg are formed from them).
+
+import assert from "node:assert/strict";
+import { getContext } from "../kda/gpu/device.ts";
+import { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
+import { kernelSet } from "../kda/gpu/kernel_set.ts";
+import { GATES, GLO, KD, QG } from "../kda/gpu/kernels/split/mod.ts";
+import "../kda/gpu/kernels/mod.ts";
+import {
+  bufferElements,
+  bytesOf,
+  makePlan,
+  sequenceChunks,
+  sliceOrder,
+  tableOffsets,
+} from "../kda/gpu/layout.ts";
+import { type GpuTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
+import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
+import { randomKda } from "./_fixtures.ts";
+import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+
+reportMissingGpu("gate_sums_recomputed_test.ts");
+
+const CASES: { label: string; B: number; T: number; H: number; K: number; C: ChunkSize }[] = [
+  // a short last chunk, two sequences, and K = 128: one turn of the 32 channel quads
+  { label: "K=128 C=64", B: 2, T: 150, H: 2, K: 128, C: 64 },
+  // two turns of channel quads, and chunks of 16 rows (two rows a part)
+  { label: "K=256 C=16", B: 1, T: 40, H: 1, K: 256, C: 16 },
+  // K not a multiple of four: a partial quad, off the vec4 grid
+  { label: "K=6 C=32", B: 1, T: 45, H: 3, K: 6, C: 32 },
+];
+
+gpuTest(
+  "the split set's backward forms the forward's gate sums, Kd and Qg again bit for bit",
+  async () => {
+    const ctx = await getContext();
+    const set = kernelSet("split");
+    for (const c of CASES) {
+      const V = 8;
+      const x64 = randomKda({ B: c.B, T: c.T, H: c.H, K: c.K, V }, 7, { gateMin: -3 });
+      const up = (a: Float64Array, shape: number[]) => toGpu(Float32Array.from(a), shape);
+      const x: KdaProblem<GpuTensor> = {
+        B: c.B,
+        T: c.T,
+        H: c.H,
+        K: c.K,
+        V,
+        scale: x64.scale,
+        q: await up(x64.q as Float64Array, [c.B, c.T, c.H, c.K]),
+        k: await up(x64.k as Float64Array, [c.B, c.T, c.H, c.K]),
+        v: await up(x64.v as Float64Array, [c.B, c.T, c.H, V]),
+        g: await up(x64.g as Float64Array, [c.B, c.T, c.H, c.K]),
+        beta: await up(x64.beta as Float64Array, [c.B, c.T, c.H]),
+      };
+      const dout = await toGpu(new Float32Array(c.B * c.T * c.H * V).fill(0.25), [
+        c.B,
+        c.T,
+        c.H,
+        V,
+      ]);
+      const plan = makePlan(set, { B: c.B, T: c.T, H: c.H, K: c.K, V }, c.C);
+      // one slice: the gate sums' buffer then holds every chunk's block when the backward ends
+      assert.equal(plan.slices.length, 1, `${c.label}: ${plan.slices.length} slices`);
+      const whole = (name: string) => {
+        const decl = set.buffers.find((b) => b.name === name)!;
+        return bytesOf(bufferElements(decl, plan), decl.dtype);
+      };
+      const fjob = await ForwardJob.create(ctx, set, x, { chunkSize: c.C, saveForBackward: true });
+      let forward: Float32Array[];
+      let backward: Float32Array[];
+      try {
+        forward = (await fjob.run({
+          reads: ["kd", "qg", "glo"].map((name) => ({
+            buffer: fjob.buffer(name)!,
+            offset: 0,
+            bytes: whole(name),
+          })),
+        })).arrays;
+        const saved = fjob.takeSaved();
+        try {
+          const bjob = await BackwardJob.create(saved, { dout });
+          try {
+            backward = (await bjob.run({
+              reads: [{ buffer: bjob.buffer("gate sums")!, offset: 0, bytes: whole("gate sums") }],
+            })).arrays;
+          } finally {
+            bjob.destroy();
+          }
+        } finally {
+          saved.release();
+        }
+      } finally {
+        fjob.destroy();
+        releaseTensors(x, dout);
+      }
+      const [kd, qg, glo] = forward.map((a) => new Uint32Array(a.buffer, a.byteOffset, a.length));
+      const gates = new Uint32Array(backward[0].buffer, backward[0].byteOffset, backward[0].length);
+      const { offsets, total: gatesBlock } = tableOffsets(GATES, plan.dims);
+      const sides: [string, Uint32Array, number, number][] = [
+        ["Kd", kd, tableOffsets(KD, plan.dims).total, offsets.Kd],
+        ["Qg", qg, tableOffsets(QG, plan.dims).total, offsets.Qg],
+        ["Glo", glo, tableOffsets(GLO, plan.dims).total, offsets.Glo],
+      ];
+      // the backward's blocks run in slice order (the chunk at each position), the forward's by chunk
+      const { order } = sliceOrder(sequenceChunks(plan));
+      const perSequence = sequenceChunks(plan);
+      let compared = 0;
+      for (let pos = 0; pos < plan.NCT; pos++) {
+        const chunk = order[pos];
+        const seq = Math.floor(chunk / perSequence[0]);
+        const rows = Math.min(c.C, c.T - (chunk - seq * perSequence[0]) * c.C);
+        for (let h = 0; h < c.H; h++) {
+          for (const [name, fwd, fwdBlock, region] of sides) {
+            const a = (chunk * c.H + h) * fwdBlock;
+            const b = (pos * c.H + h) * gatesBlock + region;
+            for (let e = 0; e < rows * c.K; e++) {
+              if (fwd[a + e] !== gates[b + e]) {
+                assert.fail(
+                  `${c.label}: ${name} of chunk ${chunk}, head ${h}, row ${Math.floor(e / c.K)}, ` +
+                    `channel ${e % c.K}: the backward's bits 0x${gates[b + e].toString(16)}, ` +
+                    `the forward's 0x${fwd[a + e].toString(16)}`,
+                );
+              }
+              compared++;
+            }
+          }
+        }
+      }
+      assert.equal(compared, 3 * c.B * c.T * c.H * c.K, `${c.label}: entries compared`);
+    }
+  },
+);
