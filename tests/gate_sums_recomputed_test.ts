@@ -5,8 +5,7 @@
 // outlive chunkPrep, where U replaces them: Kd and Qg are formed from them).
 
 import assert from "node:assert/strict";
-import { getContext } from "../kda/gpu/device.ts";
-import { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
+import type { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
 import { kernelSet } from "../kda/gpu/kernel_set.ts";
 import { GATES, GLO, KD, QG } from "../kda/gpu/kernels/split/mod.ts";
 import "../kda/gpu/kernels/mod.ts";
@@ -18,8 +17,8 @@ import {
   sliceOrder,
   tableOffsets,
 } from "../kda/gpu/layout.ts";
-import { type GpuTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
+import { withGpuJobs } from "../bench/_run.ts";
 import { randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
@@ -37,68 +36,48 @@ const CASES: { label: string; B: number; T: number; H: number; K: number; C: Chu
 gpuTest(
   "the split set's backward forms the forward's gate sums, Kd and Qg again bit for bit",
   async () => {
-    const ctx = await getContext();
     const set = kernelSet("split");
     for (const c of CASES) {
       const V = 8;
       const x64 = randomKda({ B: c.B, T: c.T, H: c.H, K: c.K, V }, 7, { gateMin: -3 });
-      const up = (a: Float64Array, shape: number[]) => toGpu(Float32Array.from(a), shape);
-      const x: KdaProblem<GpuTensor> = {
+      const f32 = (a: unknown) => Float32Array.from(a as Float64Array);
+      const x: KdaProblem<Float32Array> = {
         B: c.B,
         T: c.T,
         H: c.H,
         K: c.K,
         V,
         scale: x64.scale,
-        q: await up(x64.q as Float64Array, [c.B, c.T, c.H, c.K]),
-        k: await up(x64.k as Float64Array, [c.B, c.T, c.H, c.K]),
-        v: await up(x64.v as Float64Array, [c.B, c.T, c.H, V]),
-        g: await up(x64.g as Float64Array, [c.B, c.T, c.H, c.K]),
-        beta: await up(x64.beta as Float64Array, [c.B, c.T, c.H]),
+        q: f32(x64.q),
+        k: f32(x64.k),
+        v: f32(x64.v),
+        g: f32(x64.g),
+        beta: f32(x64.beta),
       };
-      const dout = await toGpu(new Float32Array(c.B * c.T * c.H * V).fill(0.25), [
-        c.B,
-        c.T,
-        c.H,
-        V,
-      ]);
+      const dout = new Float32Array(c.B * c.T * c.H * V).fill(0.25);
       const plan = makePlan(set, { B: c.B, T: c.T, H: c.H, K: c.K, V }, c.C);
       // one slice: the gate sums' buffer then holds every chunk's block when the backward ends
       assert.equal(plan.slices.length, 1, `${c.label}: ${plan.slices.length} slices`);
-      const whole = (name: string) => {
-        const decl = set.buffers.find((b) => b.name === name)!;
-        return bytesOf(bufferElements(decl, plan), decl.dtype);
-      };
-      const fjob = await ForwardJob.create(ctx, set, x, { chunkSize: c.C, saveForBackward: true });
-      let forward: Float32Array[];
-      let backward: Float32Array[];
-      try {
-        forward = (await fjob.run({
-          reads: ["kd", "qg", "glo"].map((name) => ({
-            buffer: fjob.buffer(name)!,
+      const readsOf = (job: ForwardJob | BackwardJob, names: string[]) =>
+        names.map((name) => {
+          const decl = set.buffers.find((b) => b.name === name)!;
+          return {
+            buffer: job.buffer(name)!,
             offset: 0,
-            bytes: whole(name),
-          })),
-        })).arrays;
-        const saved = fjob.takeSaved();
-        try {
-          const bjob = await BackwardJob.create(saved, { dout });
-          try {
-            backward = (await bjob.run({
-              reads: [{ buffer: bjob.buffer("gate sums")!, offset: 0, bytes: whole("gate sums") }],
-            })).arrays;
-          } finally {
-            bjob.destroy();
-          }
-        } finally {
-          saved.release();
-        }
-      } finally {
-        fjob.destroy();
-        releaseTensors(x, dout);
-      }
-      const [kd, qg, glo] = forward.map((a) => new Uint32Array(a.buffer, a.byteOffset, a.length));
-      const gates = new Uint32Array(backward[0].buffer, backward[0].byteOffset, backward[0].length);
+            bytes: bytesOf(bufferElements(decl, plan), decl.dtype),
+          };
+        });
+      const [forward, backward] = await withGpuJobs(
+        set,
+        x,
+        dout,
+        c.C,
+        async (fjob) => (await fjob.run({ reads: readsOf(fjob, ["kd", "qg", "glo"]) })).arrays,
+        async (bjob) => (await bjob.run({ reads: readsOf(bjob, ["gate sums"]) })).arrays,
+      );
+      const bits = (a: Float32Array) => new Uint32Array(a.buffer, a.byteOffset, a.length);
+      const [kd, qg, glo] = forward.map(bits);
+      const gates = bits(backward[0]);
       const { offsets, total: gatesBlock } = tableOffsets(GATES, plan.dims);
       const sides: [string, Uint32Array, number, number][] = [
         ["Kd", kd, tableOffsets(KD, plan.dims).total, offsets.Kd],
