@@ -40,7 +40,7 @@ const LP_OPERAND = 16 * LP_STRIDE;
  * substitution matrix (its padded stride reaches a little past them while nothing else is there)
  * and then T diag(beta) (C^2 / 4 vec4s at C = 64), the PREP_WU after them the slices of W's and
  * U's right operands (16 rows of 128 columns). The gate sums' part totals (four packed vec4s
- * an invocation: the sums themselves are read from memory, prep.wgsl) and the seven staged
+ * an invocation: the sums themselves are read from memory, gate_sums.wgsl) and the seven staged
  * operands of the pairwise products (7 LP_OPERAND vec4s) span the whole array, which holds
  * nothing else while they are in use.
  */
@@ -352,6 +352,7 @@ export const SPLIT: KernelSet = {
     "directly, packed batches and grouped value heads natively",
   files: [
     new URL("./common.wgsl", import.meta.url),
+    new URL("./gate_sums.wgsl", import.meta.url),
     new URL("./prep.wgsl", import.meta.url),
     new URL("./forward.wgsl", import.meta.url),
     new URL("./scan_backward.wgsl", import.meta.url),
