@@ -10,11 +10,17 @@
 //   deno task bench:host 8,4096,16,128,128 split
 
 import type { KdaProblem } from "../kda/_types.ts";
+import { kda, kdaVjp } from "../kda/op/op.ts";
+import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
+import { uploadProblem } from "./_run.ts";
 
 type Stat = { n: number; ms: number };
 const stats = new Map<string, Stat>();
 
-/** Wraps every method of a WebGPU prototype so that its calls are counted and timed. */
+/**
+ * Wraps every method of a WebGPU prototype so that its calls are counted and timed (the package
+ * looks its methods up at each call, so wrapping after its import is seen).
+ */
 function wrap(proto: object, cls: string): void {
   const methods = proto as Record<string, unknown>;
   for (const name of Object.getOwnPropertyNames(proto)) {
@@ -45,11 +51,6 @@ wrap(GPUCommandEncoder.prototype, "encoder");
 wrap(GPUComputePassEncoder.prototype, "pass");
 wrap(GPUBuffer.prototype, "buffer");
 
-// imported after the wrapping, so that the package's module-level objects see wrapped methods
-const { kda, kdaVjp } = await import("../kda/op/op.ts");
-const { releaseTensors, toGpu } = await import("../kda/gpu/tensor.ts");
-const { toGpuInputs } = await import("../kda/op/device_inputs.ts");
-
 const dims = (Deno.args[0] ?? "1,64,1,16,16").split(",").map(Number);
 if (dims.length !== 5 || !dims.every((x) => Number.isInteger(x) && x > 0)) {
   throw new RangeError(
@@ -79,7 +80,7 @@ const x: KdaProblem<Float32Array> = {
   g: wave(rows * K, 0.01).map((a) => -Math.abs(a)),
   beta,
 };
-const inputs = await toGpuInputs(x);
+const inputs = await uploadProblem(x);
 const dout = await toGpu(wave(rows * V, 0.5), [B, T, H, V]);
 const options = { arm: "gpu", strict: true, chunkSize: K >= 64 ? 64 : 16, kernels } as const;
 
