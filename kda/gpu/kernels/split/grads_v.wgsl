@@ -50,6 +50,34 @@ fn gvSlice(acc: Tile8, slot: u32, rq: u32, width4: u32, jq: u32, d0: u32, n: u32
   return Tile8(t0, t1);
 }
 
+// Two tiles at once over one staged slice: the left operands in slots sa and sb at row quad rq,
+// one right operand from GV_B (as gvSlice), whose two vec4s a step are loaded once for both. Each
+// tile sums in gvSlice's order, so the bits are gvSlice's.
+struct Tile8Pair {
+  a: Tile8,
+  b: Tile8,
+}
+
+fn gvSlicePair(acc: Tile8Pair, sa: u32, sb: u32, rq: u32, width4: u32, jq: u32, n: u32) -> Tile8Pair {
+  var a0 = acc.a.t0;
+  var a1 = acc.a.t1;
+  var b0 = acc.b.t0;
+  var b1 = acc.b.t1;
+  let half = width4 / 2u;
+  for (var dd = 0u; dd < n; dd++) {
+    let x = gradsV[gvLeft(sa, dd, rq)];
+    let y = gradsV[gvLeft(sb, dd, rq)];
+    let b = GV_B + dd * width4 + jq;
+    let r0 = gradsV[b];
+    let r1 = gradsV[b + half];
+    a0 = tileFma(a0, x, r0);
+    a1 = tileFma(a1, x, r1);
+    b0 = tileFma(b0, y, r0);
+    b1 = tileFma(b1, y, r1);
+  }
+  return Tile8Pair(Tile8(a0, a1), Tile8(b0, b1));
+}
+
 // acc + a staged slice's part of the C x C product A B^T of two left operands: rows 4 rq.. from
 // slot a, the 8 columns 4 sq.. from slot b (B's rows)
 fn gvSliceTri(acc: Tile8, a: u32, rq: u32, b: u32, sq: u32, n: u32) -> Tile8 {
@@ -295,8 +323,8 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         gsStoreTri(region, pr, ps + 4u, pm.t1, cv, 0u);
       }
     }
-    var qg = Tile8(mat4x4f(), mat4x4f());
-    var dw = Tile8(mat4x4f(), mat4x4f());
+    // dQg's tile and dW's, which share S^T
+    var qw = Tile8Pair(Tile8(mat4x4f(), mat4x4f()), Tile8(mat4x4f(), mat4x4f()));
     o1 = gvColumn(1u, at, at.states, at.bw, jjL, qL, cv);
     o2 = gvColumn(2u, at, at.states, at.bw, jjL, qL, cv);
     right = gvRightSlice(1u, at, 0u, lid);
@@ -331,16 +359,15 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       }
       if (mine) {
         let n = min(MM_SLICE, p.V - j0);
-        qg = gvSlice(qg, 1u, rq, W4, cq, 0u, n);
-        dw = gvSlice(dw, 2u, rq, W4, cq, 0u, n);
+        qw = gvSlicePair(qw, 1u, 2u, rq, W4, cq, n);
       }
       workgroupBarrier();
     }
     if (mine) {
-      gsStoreRows(at.gs + gQg(), r, d0, p.scale * qg.t0, cv, p.K);
-      gsStoreRows(at.gs + gQg(), r, d1, p.scale * qg.t1, cv, p.K);
-      gsStoreRows(at.gs + gW(), r, d0, dw.t0 * -1.0, cv, p.K);
-      gsStoreRows(at.gs + gW(), r, d1, dw.t1 * -1.0, cv, p.K);
+      gsStoreRows(at.gs + gQg(), r, d0, p.scale * qw.a.t0, cv, p.K);
+      gsStoreRows(at.gs + gQg(), r, d1, p.scale * qw.a.t1, cv, p.K);
+      gsStoreRows(at.gs + gW(), r, d0, qw.b.t0 * -1.0, cv, p.K);
+      gsStoreRows(at.gs + gW(), r, d1, qw.b.t1 * -1.0, cv, p.K);
     }
   }
   // ABLATE bA }
