@@ -62,14 +62,28 @@ fn kbStage(lid: u32, s: SliceAhead) {
   }
 }
 
+// Rows 4 rq.. of channel d of Kg = K (.) Gamma as one vec4, formed from K and the slice's gate
+// sums where Stage B stages it (no pass of its own, nothing stored): Gamma_r = e^{G_r} from the
+// high and low parts of G, as gateQuadRow forms it; zero past cv and K
+fn kgColumn(at: ChunkAt, d: u32, rq: u32, cv: u32) -> vec4f {
+  let rows = 4u * rq + vec4u(0u, 1u, 2u, 3u);
+  if (d >= p.K || rows.x >= cv) {
+    return vec4f(0.0);
+  }
+  let live = min(rows, vec4u(cv - 1u));
+  let gi = live * p.K;
+  let gamma = coarseDecay4(gates4At4(at.gates + xG() + d, gi) + gates4At4(at.gates + xGlo() + d, gi));
+  let k = kAt4(aK() + d, qrow4(at, live) * p.K);
+  return select(vec4f(0.0), k * gamma, rows < vec4u(cv));
+}
+
 // Stage B's slice of 32 channels from d0: entries lid + k WG of the 512 of dW (v0, v1, to tileA)
 // and of Kg (v2, v3, to tileK), channel lid % 32 at row quads lid / 32 + 8 k
 fn bdSlice(at: ChunkAt, d0: u32, lid: u32, cv: u32) -> SliceAhead {
   let j = d0 + lid % 32u;
   let q = lid / 32u;
   let w = at.gs + gW();
-  let g = at.gs + gG();
-  return SliceAhead(gsColumn(w, j, q, cv), gsColumn(w, j, q + 8u, cv), gsColumn(g, j, q, cv), gsColumn(g, j, q + 8u, cv));
+  return SliceAhead(gsColumn(w, j, q, cv), gsColumn(w, j, q + 8u, cv), kgColumn(at, j, q, cv), kgColumn(at, j, q + 8u, cv));
 }
 
 fn bdStage(lid: u32, s: SliceAhead) {
@@ -254,7 +268,7 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   // ABLATE bKb }
 
   // Stage B, wyBackward: dT = dW Kb^T + dU Vb^T (strictly lower part only: dL needs no more),
-  // with dW Kb^T = (dW Kg^T) diag(beta), Kg from the dG region, and dU Vb^T = M diag(beta); over
+  // with dW Kb^T = (dW Kg^T) diag(beta), Kg formed as it is staged (kgColumn), and dU Vb^T = M diag(beta); over
   // slices of 32 channels of dW (tileA) and Kg (tileK) staged transposed as for dKb, the next one
   // loaded while this one is computed on. 4 rows r x 4 columns s a tile, the lower blocks only;
   // the result into the square for Stage C

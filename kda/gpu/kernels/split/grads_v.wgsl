@@ -392,17 +392,6 @@ fn chunkGradsV(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     gsStoreRow(at.gs + gGam(), 0u, 4u * lid, acc, 1u, p.K);
   }
   workgroupBarrier();
-  // Kg = K (.) Gamma for wyBackward, held in the dG region until Stage E writes dG there (four
-  // channels an invocation)
-  // ABLATE bKg {
-  for (var e = lid; e < cv * KQ; e += WG) {
-    let r = e / KQ;
-    let d = 4u * (e % KQ);
-    let row = at.gates + r * p.K;
-    let gamma = coarseDecay4(gates4K4(xG() + row, d) + gates4K4(xGlo() + row, d));
-    gsStoreRow(at.gs + gG(), r, d, kK4(aK() + qrow(at, r) * p.K, d) * gamma, cv, p.K);
-  }
-  // ABLATE bKg }
   // dV = beta (.) T^T dVn as a tiled product over slices of MM_SLICE rows r: T's rows in slot 0
   // (four columns s of a row of T are T^T's four rows at step r), dVn's rows from GV_B, both
   // loaded row by row (coalesced); tiles of 4 rows s x 8 columns j, each summing r from its first

@@ -274,7 +274,7 @@ const ACCESSORS: readonly AccessorDecl[] = [
   ...(["work4", "kd4", "qg4", "gates4", "tri4", "states4", "bw4", "gs4"] as const).map((view) =>
     ["element", view, "K"] as const
   ),
-  ...(["qg4", "tri4", "states4", "bw4", "gs4"] as const).map((view) =>
+  ...(["qg4", "gates4", "tri4", "states4", "bw4", "gs4"] as const).map((view) =>
     ["gatherVec", view, "K"] as const
   ),
   ...(["work4", "kd4", "gates4", "states4", "bw4", "gs4"] as const).map((view) =>
@@ -588,16 +588,16 @@ export const SPLIT: KernelSet = {
         grid: sliceGrid,
         sliced: true,
         uses: [
-          ...["k", "v", "beta", "chunks", "gates4", "tri4", "states4", "dout", "bw4"],
+          ...["v", "beta", "chunks", "tri4", "states4", "dout", "bw4"],
           ...["gs", "dv"],
         ],
-        sections: ["bA", "bKg", "bPM", "bdV"],
+        sections: ["bA", "bPM", "bdV"],
       },
       {
         entry: "chunkGradsK",
         grid: sliceGrid,
         sliced: true,
-        uses: ["beta", "chunks", "gates4", "tri4", "gs"],
+        uses: ["k", "beta", "chunks", "gates4", "tri4", "gs"],
         sections: ["bdT", "bKb", "bEf", "bC", "bD"],
       },
       {
