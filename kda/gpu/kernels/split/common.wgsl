@@ -61,15 +61,16 @@ fn mmSliceAt(acc: Tile8, which: u32, b0: u32, rq: u32, jq: u32, width4: u32, n: 
 }
 
 // acc + the product of a slice staged in prep: n contraction steps, the left operand's vec4 of
-// four rows at a0 + step * aStride, the right operand's two vec4s at b0 + step * bStride
-fn prepSlice(acc: Tile8, a0: u32, aStride: u32, b0: u32, bStride: u32, n: u32) -> Tile8 {
+// four rows at a0 + step * aStride, the right operand's two vec4s at b0 + step * bStride and
+// half vec4s after it
+fn prepSlice(acc: Tile8, a0: u32, aStride: u32, b0: u32, bStride: u32, half: u32, n: u32) -> Tile8 {
   var t0 = acc.t0;
   var t1 = acc.t1;
   for (var dd = 0u; dd < n; dd++) {
     let a = prep[a0 + dd * aStride];
     let b = b0 + dd * bStride;
     t0 = tileFma(t0, a, prep[b]);
-    t1 = tileFma(t1, a, prep[b + 1u]);
+    t1 = tileFma(t1, a, prep[b + half]);
   }
   return Tile8(t0, t1);
 }

@@ -143,12 +143,13 @@ fn wuValue(at: ChunkAt, base: u32, which: u32, s0: u32, sd: u32, q0: u32, nq: u3
 }
 
 // One turn of W's or U's product (8-column groups j80.. of w8): its first vec4 column q0, its
-// width in vec4s nq, and the rows sd of its slices
+// width in vec4s nq (even: a tile's halves are nq / 2 apart; the vec4 past an odd width is staged
+// as zeros), and the rows sd of its slices
 fn wuShape(which: u32, j80: u32, w8: u32) -> vec3u {
   let width = select(p.K, p.V, which == 1u);
   let nqAll = (width + 3u) / 4u;
   let q0 = 2u * j80;
-  let nq = min(2u * w8, nqAll - q0);
+  let nq = min(2u * w8, 2u * ((nqAll - q0 + 1u) / 2u));
   let sd = min(p.C, PREP_WU / nq);
   return vec3u(q0, nq, sd);
 }
@@ -493,10 +494,14 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   // last PREP_WU vec4s of prep (16 rows of 128 columns), all its loads issued at once;
   // T is lower triangular, so a tile stops at its last row. A turn takes all row quads of the
   // WG / (C / 4) 8-column groups it stages (at C = 64, 128 columns): W's turn reads K (.) Gamma
-  // only in its own columns, so it may write W there when done.
+  // only in its own columns, so it may write W there when done. A run of w8 neighbouring
+  // invocations shares a row quad (so a warp's tiles stop together, instead of every warp waiting
+  // on its longest row) and takes neighbouring vec4 columns grp and grp + nq / 2 of the turn (so
+  // their reads of the staged slice fall on different banks).
   let c4 = p.C / 4u;
   let w8 = WG / c4;
-  let rq = lid % c4;
+  let rq = lid / w8;
+  let grp = lid % w8;
   // ABLATE wu {
   // Each slice is loaded a slice ahead (sd nq <= PREP_WU = 2 WG: two vec4s an invocation), the
   // first here: into registers before the product of the one before, staged behind its barrier.
@@ -513,8 +518,8 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
       let q0 = shape.x;
       let nq = shape.y;
       let sd = shape.z;
-      let jq = 2u * (lid / c4);
-      let mine = rq < nRG && j80 + lid / c4 < nJ8;
+      let half = nq / 2u;
+      let mine = rq < nRG && grp < half;
       var acc = Tile8(mat4x4f(), mat4x4f());
       for (var s0 = 0u; s0 < cv; s0 += sd) {
         wuStage(lid, wuNext, sd * nq);
@@ -536,17 +541,19 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         }
         if (mine && 4u * rq + 4u > s0) {
           let n = min(min(sd, cv - s0), 4u * rq + 4u - s0);
-          acc = prepSlice(acc, s0 * c4 + rq, c4, PREP_HALF + jq, nq, n);
+          acc = prepSlice(acc, s0 * c4 + rq, c4, PREP_HALF + grp, nq, half, n);
         }
         workgroupBarrier();
       }
+      let c0 = 4u * (q0 + grp);
+      let c1 = 4u * (q0 + grp + half);
       if (mine && which == 0u) {
-        workStoreRows(at.work + wW(), 4u * rq, 4u * (q0 + jq), acc.t0, cv, width);
-        workStoreRows(at.work + wW(), 4u * rq, 4u * (q0 + jq) + 4u, acc.t1, cv, width);
+        workStoreRows(at.work + wW(), 4u * rq, c0, acc.t0, cv, width);
+        workStoreRows(at.work + wW(), 4u * rq, c1, acc.t1, cv, width);
       }
       if (mine && which == 1u) {
-        uStoreRows(at.u + uU(), 4u * rq, 4u * (q0 + jq), acc.t0, cv, width);
-        uStoreRows(at.u + uU(), 4u * rq, 4u * (q0 + jq) + 4u, acc.t1, cv, width);
+        uStoreRows(at.u + uU(), 4u * rq, c0, acc.t0, cv, width);
+        uStoreRows(at.u + uU(), 4u * rq, c1, acc.t1, cv, width);
       }
     }
   }
