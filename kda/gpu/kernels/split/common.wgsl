@@ -42,20 +42,17 @@ struct Tile8 {
   t1: mat4x4f,
 }
 
-// acc + the staged slice's product for rows 4 rq.. and columns 4 jq.. (n contraction steps, the
-// right operand's rows width4 vec4s wide from vec4 b0 of tileB; left operand `which` of the two)
-fn mmSlice(acc: Tile8, which: u32, rq: u32, jq: u32, width4: u32, n: u32) -> Tile8 {
-  return mmSliceAt(acc, which, 0u, rq, jq, width4, n);
-}
-
-fn mmSliceAt(acc: Tile8, which: u32, b0: u32, rq: u32, jq: u32, width4: u32, n: u32) -> Tile8 {
+// acc + the staged slice's product for rows 4 rq.. (n contraction steps, the right operand's
+// rows width4 vec4s wide in tileB) at vec4 columns jq and jq + half: neighbouring invocations
+// take neighbouring jq, so that their reads of tileB fall on different banks
+fn mmSlice(acc: Tile8, rq: u32, jq: u32, width4: u32, half: u32, n: u32) -> Tile8 {
   var t0 = acc.t0;
   var t1 = acc.t1;
-  let a0 = which * MM_SLICE * 16u;
   for (var dd = 0u; dd < n; dd++) {
-    let a = tileA[a0 + dd * 16u + rq];
-    t0 = tileFma(t0, a, tileB[b0 + dd * width4 + jq]);
-    t1 = tileFma(t1, a, tileB[b0 + dd * width4 + jq + 1u]);
+    let a = tileA[dd * 16u + rq];
+    let b = dd * width4 + jq;
+    t0 = tileFma(t0, a, tileB[b]);
+    t1 = tileFma(t1, a, tileB[b + half]);
   }
   return Tile8(t0, t1);
 }

@@ -341,7 +341,9 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     let blk = lid + turn * WG;
     let mine = blk < nRQ * nJ8;
     let rq = blk / nJ8;
-    let jq = 2u * (blk % nJ8);
+    // vec4 columns jq and jq + nJ8 (the two halves of a row's VQ; the vec4 past an odd VQ is
+    // read and never stored)
+    let jq = blk % nJ8;
     var acc = Tile8(mat4x4f(), mat4x4f());
     for (var s0 = 0u; s0 < p.K; s0 += MM_SLICE) {
       // Qg slice, four rows a vec4; S^T slice (S is [V, K] in memory), four columns a vec4
@@ -368,7 +370,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       }
       workgroupBarrier();
       if (mine) {
-        acc = mmSlice(acc, 0u, rq, jq, VQ, min(MM_SLICE, p.K - s0));
+        acc = mmSlice(acc, rq, jq, VQ, nJ8, min(MM_SLICE, p.K - s0));
       }
       workgroupBarrier();
     }
@@ -393,19 +395,22 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         tileB[e] = value;
       }
       workgroupBarrier();
-      if (mine) {
-        acc = mmSlice(acc, 0u, rq, jq, VQ, min(MM_SLICE, cv - s0));
+      // P is lower triangular: a tile's sum stops at its last row (the terms past it are exact
+      // zeros)
+      if (mine && 4u * rq + 4u > s0) {
+        acc = mmSlice(acc, rq, jq, VQ, nJ8, min(min(MM_SLICE, cv - s0), 4u * rq + 4u - s0));
       }
       workgroupBarrier();
     }
     if (mine) {
       let r = 4u * rq;
-      let j = 4u * jq;
+      let j0 = 4u * jq;
+      let j1 = 4u * (jq + nJ8);
       for (var i = 0u; i < 4u; i++) {
         if (r + i < cv) {
           let row = aO() + vrow(at, r + i) * p.V;
-          oStoreCols(row, j, acc.t0[i]);
-          oStoreCols(row, j + 4u, acc.t1[i]);
+          oStoreCols(row, j0, acc.t0[i]);
+          oStoreCols(row, j1, acc.t1[i]);
         }
       }
     }
