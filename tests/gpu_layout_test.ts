@@ -25,6 +25,7 @@ import {
 import { wgslAccessors } from "../kda/gpu/accessors.ts";
 import { IN_ARRAYS, type KernelSet, kernelSet, kernelSetNames } from "../kda/gpu/kernel_set.ts";
 import { SHARED_WGSL } from "../kda/gpu/device.ts";
+import { gpuDebug } from "../kda/gpu/_debug.ts";
 import "../kda/gpu/kernels/mod.ts";
 import { FUSED, LOOP_BUDGET, scanLoopsPerChunk } from "../kda/gpu/kernels/fused/mod.ts";
 import type { ChunkSize } from "../kda/_types.ts";
@@ -251,6 +252,57 @@ Deno.test("every set's slices cover every chunk exactly once, and a per-slice bu
   const bytes = perSlice.reduce((n, b) => n + bufferElements(b, big) * 4, 0);
   assert.deepEqual(big.slices.map(([n0, n1]) => n1 - n0), Array(8).fill(64));
   if (!(bytes <= 512 * 2 ** 20)) throw new Error(`the backward's scratch is ${bytes} bytes`);
+});
+
+Deno.test("the split set's slices are as even as whole indices allow", () => {
+  const split = kernelSet("split");
+  // two sequences of 64 chunks, a slice budget of 9 indices (18 chunks): eight slices of 8
+  // indices, not seven of 9 and one of 1; then a packed batch (sequences of 64, 20 and 3 chunks)
+  // under budgets of 1 to 40 chunks: as many slices as a greedy walk of whole indices under the
+  // budget makes (the fewest), none over the budget
+  const cases: [Parameters<typeof makePlan>[1], number[], number[]?][] = [
+    [{ B: 2, T: 1024, H: 2, K: 16, V: 16 }, [18], Array(8).fill(16)],
+    [
+      { B: 1, T: 1390, H: 2, K: 16, V: 16, cuSeqlens: Int32Array.from([0, 1024, 1344, 1390]) },
+      Array.from({ length: 40 }, (_, i) => i + 1),
+    ],
+  ];
+  for (const [shape, budgets, expected] of cases) {
+    const plain = makePlan(split, shape, 16);
+    const perChunk = split.buffers.filter((b) => b.perSlice === true)
+      .reduce((n, b) => n + bufferElements(b, plain) * 4, 0) / plain.NCT;
+    for (const budget of budgets) {
+      let plan;
+      try {
+        // half a chunk over, so that the budget's floor is not a rounding away from it
+        gpuDebug.sliceBytes = (budget + 0.5) * perChunk;
+        plan = makePlan(split, shape, 16);
+      } finally {
+        gpuDebug.sliceBytes = null;
+      }
+      const sizes = plan.slices.map(([n0, n1]) => n1 - n0);
+      const what = `budget ${budget}: slices ${sizes.join(", ")}`;
+      if (expected !== undefined) assert.deepEqual(sizes, expected, what);
+      assert.ok(plan.sliceChunks <= budget, what);
+      // the greedy walk at the full budget, by whole indices of every sequence: its slice count
+      const counts = sequenceChunks(plan);
+      let greedy = 0;
+      for (let i0 = 0; i0 < Math.max(...counts);) {
+        const at = (i: number) => counts.filter((n) => n > i).length;
+        if (at(i0) > budget) {
+          greedy += Math.ceil(at(i0) / budget);
+          i0++;
+          continue;
+        }
+        let sum = at(i0);
+        let i1 = i0 + 1;
+        while (i1 < Math.max(...counts) && sum + at(i1) <= budget) sum += at(i1++);
+        greedy++;
+        i0 = i1;
+      }
+      assert.equal(plan.slices.length, greedy, what);
+    }
+  }
 });
 
 Deno.test("what a backward stage binds outlives the forward, and what a saved forward keeps a backward reads", () => {

@@ -208,7 +208,7 @@ export function makePlan(
       ...set.scanRanges({ ...plan, sliceChunks: NCT, slices: [] }).map(([a, b]) => b - a),
     )
     : Infinity;
-  const slices = slicesOf(sequenceChunks(plan), budget, span);
+  const slices = evenSlicesOf(sequenceChunks(plan), budget, span);
   return {
     ...plan,
     sliceChunks: slices.reduce((n, [p0, p1]) => Math.max(n, p1 - p0), 0),
@@ -265,6 +265,25 @@ export function sliceOrder(counts: readonly number[]): { order: Uint32Array; pos
     alive = alive.filter((s) => counts[s] > i + 1);
   }
   return { order, pos };
+}
+
+/**
+ * As {@linkcode slicesOf}, with the smallest budget that gives as few slices as `budget` does: the
+ * slices come out as even as whole indices allow (64 indices under a budget of 9 make eight slices
+ * of 8, not seven of 9 and one of 1), and the per-slice buffers, sized for the largest, no larger
+ * than they must be.
+ */
+function evenSlicesOf(counts: readonly number[], budget: number, span: number): [number, number][] {
+  const fewest = slicesOf(counts, budget, span).length;
+  // the count of slices does not grow with the budget: the smallest budget that keeps it, by halves
+  let lo = 1;
+  let hi = budget;
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (slicesOf(counts, mid, span).length <= fewest) hi = mid;
+    else lo = mid + 1;
+  }
+  return slicesOf(counts, lo, span);
 }
 
 /**

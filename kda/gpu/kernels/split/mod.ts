@@ -205,7 +205,7 @@ export const GS: RegionTable = {
   prefix: "g",
   sizeFn: "gsSize",
   regions: [
-    ...ofSize(CK, "Kd", "Qg", "W", "Kb", "G", "A"),
+    ...ofSize(CK, "Kd", "Qg", "W", "Kb", "A"),
     ...ofSize(CC, "P", "L", "M"),
     { name: "Gam", size: [[1, "K"]] },
     { name: "Bv", size: [[1, "C"]] },
