@@ -274,32 +274,41 @@ export function sliceOrder(counts: readonly number[]): { order: Uint32Array; pos
  * than they must be.
  */
 function evenSlicesOf(counts: readonly number[], budget: number, span: number): [number, number][] {
-  const fewest = slicesOf(counts, budget, span).length;
+  const at = indexStarts(counts);
+  const fewest = slicesOf(at, budget, span).length;
   // the count of slices does not grow with the budget: the smallest budget that keeps it, by halves
   let lo = 1;
   let hi = budget;
   while (lo < hi) {
     const mid = Math.floor((lo + hi) / 2);
-    if (slicesOf(counts, mid, span).length <= fewest) hi = mid;
+    if (slicesOf(at, mid, span).length <= fewest) hi = mid;
     else lo = mid + 1;
   }
-  return slicesOf(counts, lo, span);
+  return slicesOf(at, lo, span);
 }
 
 /**
- * The slices of a call as runs of positions in slice order: whole indices i0..i1 of every
- * sequence, as many as hold at most `budget` chunks and span at most `span` indices, or, where
- * one index has more than `budget` chunks, runs of `budget` of them.
+ * The position in slice order of the first chunk at each index i of the sequences (the chunks at
+ * indices below i), and of the end: from the sequences with more than i chunks (a histogram of the
+ * counts, summed from the longest).
  */
-function slicesOf(counts: readonly number[], budget: number, span: number): [number, number][] {
+function indexStarts(counts: readonly number[]): number[] {
   const NC = counts.reduce((a, b) => Math.max(a, b), 0);
-  // at[i]: the position of the first chunk at index i (the chunks at indices below i), from the
-  // sequences with more than i chunks (a histogram of the counts, summed from the longest)
   const longer = new Array<number>(NC + 1).fill(0);
   for (const n of counts) longer[n]++;
   for (let i = NC - 1; i >= 0; i--) longer[i] += longer[i + 1];
   const at = [0];
   for (let i = 0; i < NC; i++) at.push(at[i] + longer[i + 1]);
+  return at;
+}
+
+/**
+ * The slices of a call as runs of positions in slice order (`at` from {@linkcode indexStarts}):
+ * whole indices i0..i1 of every sequence, as many as hold at most `budget` chunks and span at most
+ * `span` indices, or, where one index has more than `budget` chunks, runs of `budget` of them.
+ */
+function slicesOf(at: readonly number[], budget: number, span: number): [number, number][] {
+  const NC = at.length - 1;
   const out: [number, number][] = [];
   for (let i0 = 0; i0 < NC;) {
     if (at[i0 + 1] - at[i0] > budget) {
