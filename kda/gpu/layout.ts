@@ -277,8 +277,9 @@ function evenSlicesOf(counts: readonly number[], budget: number, span: number): 
   const at = indexStarts(counts);
   const fewest = slicesOf(at, budget, span).length;
   // the count of slices does not grow with the budget: the smallest budget that keeps it, by halves
+  // (no budget past all the chunks slices differently)
   let lo = 1;
-  let hi = budget;
+  let hi = Math.max(1, Math.min(budget, at[at.length - 1]));
   while (lo < hi) {
     const mid = Math.floor((lo + hi) / 2);
     if (slicesOf(at, mid, span).length <= fewest) hi = mid;

@@ -70,7 +70,7 @@ fn kgColumn(at: ChunkAt, d: u32, rq: u32, cv: u32) -> vec4f {
   if (d >= p.K || rows.x >= cv) {
     return vec4f(0.0);
   }
-  let live = min(rows, vec4u(cv - 1u));
+  let live = rows4(4u * rq, cv - 1u);
   let gi = live * p.K;
   let gamma = coarseDecay4(gates4At4(at.gates + xG() + d, gi) + gates4At4(at.gates + xGlo() + d, gi));
   let k = kAt4(aK() + d, qrow4(at, live) * p.K);

@@ -127,10 +127,6 @@ fn gvRowsLive(j: u32, q: u32, cv: u32) -> bool {
   return j < p.V && 4u * q < cv;
 }
 
-fn gvRows(q: u32, cv: u32) -> vec4u {
-  return min(4u * q + vec4u(0u, 1u, 2u, 3u), vec4u(cv - 1u));
-}
-
 fn gvRowsOk(q: u32, cv: u32) -> vec4<bool> {
   return 4u * q + vec4u(0u, 1u, 2u, 3u) < vec4u(cv);
 }
@@ -142,7 +138,7 @@ fn gvColumn(slot: u32, at: ChunkAt, sBlock: u32, bBase: u32, j: u32, q: u32, cv:
   if (!gvRowsLive(j, q, cv)) {
     return vec4f(0.0);
   }
-  let rows = gvRows(q, cv);
+  let rows = rows4(4u * q, cv - 1u);
   var value: vec4f;
   switch slot {
     case 0u: {
