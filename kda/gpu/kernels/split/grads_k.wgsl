@@ -209,11 +209,15 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   // dKb = T^T dW (T_rs = 0 for r < s, so the sum over r starts at the tile's first row s), over
   // slices of 64 channels of dW staged transposed (channel j's rows 4 rq.. at colSlot: the first
   // 32 channels in tileA, the rest in tileK). 4 rows s x 4 channels a tile, every invocation on
-  // one at C = 64; neighbouring invocations take neighbouring s (different banks of both operands).
+  // one at C = 64. A warp takes four neighbouring s and eight channel quads of one half (its
+  // tiles' sums, which start at their s, end within three steps of each other, and an eighth of
+  // a warp reads eight different banks); the warps of short sums leave the SM to others.
   // The next slice (after the last, Stage B's first) is loaded while this one is computed on.
   // ABLATE bKb {
-  let kbS = lid % nRG;
-  let kbQ = lid / nRG;
+  const_assert WG % 32u == 0u;
+  let sWarps = p.C / 16u;
+  let kbS = lid % 4u + 4u * ((lid / 32u) % sWarps);
+  let kbQ = (lid % 32u) / 4u + 8u * (lid / 32u / sWarps);
   for (var d0 = 0u; d0 < p.K; d0 += 64u) {
     let more = d0 + 64u < p.K;
     if (more) {
