@@ -111,6 +111,30 @@ fn eKd() -> u32 {
   return p.C * p.K;
 }
 
+// Stage E's blocks (4 rows x 4 channels) of a workgroup's PW_QUADS channel quads, in warps of
+// PW_COLS channel quads x 32 / PW_COLS neighbouring row quads (docs/kda.md 3.2). pairwiseWarps
+// pads the grid of nRG x nDG blocks to whole warp tiles (x rows, y columns; a warp spans fewer
+// channel quads where there are fewer); pairwiseBlock is slot's block (row quad, channel quad),
+// past the grid where the tile overhangs it.
+fn pairwiseWarpCols(nDG: u32) -> u32 {
+  return min(PW_COLS, max(1u, 1u << (32u - countLeadingZeros(max(nDG, 1u) - 1u))));
+}
+
+fn pairwiseWarps(nRG: u32, nDG: u32) -> vec2u {
+  let cw = pairwiseWarpCols(nDG);
+  let rw = 32u / cw;
+  return vec2u(rw * ((nRG + rw - 1u) / rw), cw * ((nDG + cw - 1u) / cw));
+}
+
+fn pairwiseBlock(slot: u32, pw: vec2u, nDG: u32) -> vec2u {
+  let cw = pairwiseWarpCols(nDG);
+  let rw = 32u / cw;
+  let tile = slot / 32u;
+  let lane = slot % 32u;
+  let across = pw.y / cw;
+  return vec2u(rw * (tile / across) + lane / cw, cw * (tile % across) + lane % cw);
+}
+
 // ---- pairwiseGrads: Stage E in a dispatch of its own, so that its registers do not set the
 // residency of the other stages ----
 
@@ -120,10 +144,14 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
   if (pos >= range.n1) {
     return;
   }
-  let at = slicedChunkOf(pos, wg.z);
+  // PW_QUADS channel quads a workgroup (half a head's at K = 128: twice the workgroups, each
+  // with half the rows of k, q, W, A and the gates to read), a head's channel groups in z
+  let nCG = (p.K + 4u * PW_QUADS - 1u) / (4u * PW_QUADS);
+  let at = slicedChunkOf(pos, wg.z / nCG);
+  let dq0 = PW_QUADS * (wg.z % nCG);
   let cv = at.cv;
   let nRG = (cv + 3u) / 4u;
-  let nDG = (p.K + 3u) / 4u;
+  let nDG = min(PW_QUADS, (p.K + 3u) / 4u - dq0);
   let last = cv - 1u;
 
   // Stage E, elementwiseGrads + pairwiseGrads: the pieces of dq, dk, dG and dbeta, a block of 4
@@ -138,8 +166,13 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
   // diagonal s = r has E = 1 and is added apart: its two contributions to dG (at both ends of the
   // pair) cancel exactly and are left out.
   // ABLATE bE {
-  for (var blk = lid; blk < nRG * nDG; blk += WG) {
-    let blk4 = blockOf(blk, nDG, last);
+  let pw = pairwiseWarps(nRG, nDG);
+  for (var slot = lid; slot < pw.x * pw.y; slot += WG) {
+    let at4 = pairwiseBlock(slot, pw, nDG);
+    if (at4.x >= nRG || at4.y >= nDG) {
+      continue;
+    }
+    let blk4 = Block(4u * at4.x, 4u * (dq0 + at4.y), rows4(4u * at4.x, last), vec4u(0u));
     let r = blk4.r;
     let d = blk4.c;
     let rc1 = blk4.rows.y;

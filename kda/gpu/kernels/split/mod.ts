@@ -83,6 +83,13 @@ const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
 /** Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). */
 const E_BLOCK = 16;
 /**
+ * Channel quads a warp of Stage E's blocks spans, its other lanes taking the next row quad (on the
+ * H200, 8 channel quads x 4 row quads was slower: bench/results/ANALYSIS.md, eleventh pass).
+ */
+const PW_COLS = 16;
+/** Channel quads a workgroup of Stage E takes (a head's channel groups side by side in z). */
+const PW_QUADS = 16;
+/**
  * Bytes of per-slice buffers (GATES, BW and GS) the backward holds at once, as a share of the
  * call: twice one of its per-chunk C x K tensors (so that a cold kdaVjp's footprint scales with
  * the problem: 1.46 GB at (4, 4096, 16, 128)), at least SLICE_FLOOR (small problems run in one
@@ -381,6 +388,8 @@ export const SPLIT: KernelSet = {
     MM_SLICE,
     GV_VEC4,
     E_BLOCK,
+    PW_COLS,
+    PW_QUADS,
     SCAN_STATE_VEC4,
     SCAN_ROWS_VEC4,
     SCAN_SLAB_VEC4,
@@ -602,7 +611,10 @@ export const SPLIT: KernelSet = {
       },
       {
         entry: "pairwiseGrads",
-        grid: sliceGrid,
+        grid: (plan: Plan) => {
+          const [x, y, z] = sliceGrid(plan);
+          return [x, y, z * Math.ceil(plan.K / (4 * PW_QUADS))];
+        },
         sliced: true,
         uses: [
           ...["q", "k", "beta", "chunks", "gates4", "gs4", "bw"],
