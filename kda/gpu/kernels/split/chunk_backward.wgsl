@@ -318,6 +318,16 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
 
 // ---- gateCumsumBackward: Stage F, a dispatch of its own as Stage E ----
 
+// The dg indices of rows r0..r0 + 3 at channel d (rows past the chunk's valid ones clamped to its
+// last: loaded, never stored), and the bw indices of their x_r (eKd)
+fn dgQuad(at: ChunkAt, r0: u32, d: u32) -> vec4u {
+  return vec4u(aDg()) + vrow4(at, rows4(r0, at.cv - 1u)) * p.K + vec4u(d);
+}
+
+fn xQuad(at: ChunkAt, r0: u32, d: u32) -> vec4u {
+  return vec4u(at.bw + eKd() + d) + rows4(r0, at.cv - 1u) * p.K;
+}
+
 @compute @workgroup_size(256)
 fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let pos = range.n0 + chunkIndex(wg);
@@ -326,14 +336,30 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
   }
   let at = slicedChunkOf(pos, wg.z);
 
-  // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel
+  // Stage F: dbeta row sums; gateCumsumBackward: dG_C, then the reverse cumsum to dg, per channel.
+  // Each loop takes its rows eight at a time, their loads issued before the batch's sums and
+  // stores (a store to dg would otherwise hold back the next row's load), each sum in row order.
   // ABLATE bF {
   for (var e = lid; e < at.cv + p.K; e += WG) {
     if (e < at.cv) {
       let r = e;
       var acc = gs[at.gs + gBv() + r];
-      for (var d = 0u; d < p.K; d++) {
-        acc += bw[at.bw + eKb() + r * p.K + d];
+      let row = at.bw + eKb() + r * p.K;
+      var d = 0u;
+      for (; d + 8u <= p.K; d += 8u) {
+        let x = vec4f(bw[row + d], bw[row + d + 1u], bw[row + d + 2u], bw[row + d + 3u]);
+        let y = vec4f(bw[row + d + 4u], bw[row + d + 5u], bw[row + d + 6u], bw[row + d + 7u]);
+        acc += x.x;
+        acc += x.y;
+        acc += x.z;
+        acc += x.w;
+        acc += y.x;
+        acc += y.y;
+        acc += y.z;
+        acc += y.w;
+      }
+      for (; d < p.K; d++) {
+        acc += bw[row + d];
       }
       dbeta[aDbeta() + vrow(at, r)] = acc;
     } else {
@@ -341,17 +367,43 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
       // dg_t = (dgamma_C gamma_C + sum_{r >= t} dG_r) + sum_{r < t} x_r (see elementwiseGrads),
       // the dG_r being where Stage E left them, in dg itself
       var acc = gs[at.gs + gGam() + d] * work4F(at.work + wGam() + d);
-      for (var i = 0u; i < at.cv; i++) {
-        let r = at.cv - 1u - i;
-        let i = aDg() + vrow(at, r) * p.K + d;
-        acc += dg[i];
-        dg[i] = acc;
+      for (var top = at.cv; top > 0u; top -= min(8u, top)) {
+        let n = min(8u, top);
+        let lo = dgQuad(at, top - n, d);
+        let hi = dgQuad(at, top - n + 4u, d);
+        let x = vec4f(dg[lo.x], dg[lo.y], dg[lo.z], dg[lo.w]);
+        let y = vec4f(dg[hi.x], dg[hi.y], dg[hi.z], dg[hi.w]);
+        // rows top - 1 down to top - n: y.w .. x.x of the batch's eight (the first 8 - n unused)
+        if (n > 7u) { acc += y.w; dg[hi.w] = acc; }
+        if (n > 6u) { acc += y.z; dg[hi.z] = acc; }
+        if (n > 5u) { acc += y.y; dg[hi.y] = acc; }
+        if (n > 4u) { acc += y.x; dg[hi.x] = acc; }
+        if (n > 3u) { acc += x.w; dg[lo.w] = acc; }
+        if (n > 2u) { acc += x.z; dg[lo.z] = acc; }
+        if (n > 1u) { acc += x.y; dg[lo.y] = acc; }
+        acc += x.x;
+        dg[lo.x] = acc;
       }
       var before = 0.0;
-      for (var r = 0u; r < at.cv; r++) {
-        let i = aDg() + vrow(at, r) * p.K + d;
-        dg[i] = dg[i] + before;
-        before += bw[at.bw + eKd() + r * p.K + d];
+      for (var r0 = 0u; r0 < at.cv; r0 += 8u) {
+        let n = min(8u, at.cv - r0);
+        let lo = dgQuad(at, r0, d);
+        let hi = dgQuad(at, r0 + 4u, d);
+        let x = vec4f(dg[lo.x], dg[lo.y], dg[lo.z], dg[lo.w]);
+        let y = vec4f(dg[hi.x], dg[hi.y], dg[hi.z], dg[hi.w]);
+        let bx = xQuad(at, r0, d);
+        let by = xQuad(at, r0 + 4u, d);
+        let u = vec4f(bw[bx.x], bw[bx.y], bw[bx.z], bw[bx.w]);
+        let v = vec4f(bw[by.x], bw[by.y], bw[by.z], bw[by.w]);
+        dg[lo.x] = x.x + before;
+        before += u.x;
+        if (n > 1u) { dg[lo.y] = x.y + before; before += u.y; }
+        if (n > 2u) { dg[lo.z] = x.z + before; before += u.z; }
+        if (n > 3u) { dg[lo.w] = x.w + before; before += u.w; }
+        if (n > 4u) { dg[hi.x] = y.x + before; before += v.x; }
+        if (n > 5u) { dg[hi.y] = y.y + before; before += v.y; }
+        if (n > 6u) { dg[hi.z] = y.z + before; before += v.z; }
+        if (n > 7u) { dg[hi.w] = y.w + before; before += v.w; }
       }
     }
   }
