@@ -73,10 +73,7 @@ struct GateRow {
   kg: vec4f,
 }
 
-fn gateQuadRow(at: ChunkAt, r: u32, d: u32, total: GateSums4, acc: GateSums4) -> GateRow {
-  let qk = qrow(at, r) * p.K;
-  let qv = qK4(aQ() + qk, d);
-  let kv = kK4(aK() + qk, d);
+fn gateQuadRow(total: GateSums4, acc: GateSums4, x: GateIn) -> GateRow {
   let f0 = gateDecays(total.s[0], acc.s[0]);
   let f1 = gateDecays(total.s[1], acc.s[1]);
   let f2 = gateDecays(total.s[2], acc.s[2]);
@@ -85,10 +82,32 @@ fn gateQuadRow(at: ChunkAt, r: u32, d: u32, total: GateSums4, acc: GateSums4) ->
   return GateRow(
     vec4f(gateSumHi(acc.s[0]), gateSumHi(acc.s[1]), gateSumHi(acc.s[2]), gateSumHi(acc.s[3])),
     vec4f(gateSumLo(acc.s[0]), gateSumLo(acc.s[1]), gateSumLo(acc.s[2]), gateSumLo(acc.s[3])),
-    p.scale * qv * gam,
-    kv * vec4f(f0.y, f1.y, f2.y, f3.y),
-    kv * gam,
+    p.scale * x.q * gam,
+    x.k * vec4f(f0.y, f1.y, f2.y, f3.y),
+    x.k * gam,
   );
+}
+
+// What a row's factors read: g, q and k at the quad's four channels. gateFactors loads the next
+// row's while it stores this one's, which would otherwise hold its loads back; chunkPrep loads
+// each row as it reaches it (a row ahead measured slower there; docs/kda.md 3.2).
+struct GateIn {
+  g: vec4f,
+  q: vec4f,
+  k: vec4f,
+}
+
+fn gateIn(at: ChunkAt, r: u32, d: u32) -> GateIn {
+  let qk = qrow(at, r) * p.K;
+  return GateIn(gK4(aG() + vrow(at, r) * p.K, d), qK4(aQ() + qk, d), kK4(aK() + qk, d));
+}
+
+// The first row's inputs of a part (none where it has no rows)
+fn gateInFirst(at: ChunkAt, w: GateQuad) -> GateIn {
+  if (w.r0 >= w.r1) {
+    return GateIn(vec4f(0.0), vec4f(0.0), vec4f(0.0));
+  }
+  return gateIn(at, w.r0, w.d);
 }
 
 // e^{G_r} and e^{G_C - G_r} of a row's running sum G_r in a chunk of sum G_C (gateFactors). G_C -
@@ -147,10 +166,15 @@ fn gateFactors(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     workgroupBarrier();
     if (w.d < p.K) {
       var acc = before;
+      var next = gateInFirst(at, w);
       for (var r = w.r0; r < w.r1; r++) {
-        acc = gateSums4Add(acc, gK4(aG() + vrow(at, r) * p.K, w.d));
+        let x = next;
+        if (r + 1u < w.r1) {
+          next = gateIn(at, r + 1u, w.d);
+        }
+        acc = gateSums4Add(acc, x.g);
         let i = at.gates + r * p.K;
-        let f = gateQuadRow(at, r, w.d, total, acc);
+        let f = gateQuadRow(total, acc, x);
         gatesStoreK(xG() + i, w.d, f.hi);
         gatesStoreK(xGlo() + i, w.d, f.lo);
         gatesStoreK(xQg() + i, w.d, f.qg);

@@ -212,9 +212,11 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
     if (w.d < p.K) {
       var acc = before;
       for (var r = w.r0; r < w.r1; r++) {
-        acc = gateSums4Add(acc, gK4(aG() + vrow(at, r) * p.K, w.d));
+        // each row as the loop reaches it (GateIn)
+        let x = gateIn(at, r, w.d);
+        acc = gateSums4Add(acc, x.g);
         let i = r * p.K;
-        let f = gateQuadRow(at, r, w.d, total, acc);
+        let f = gateQuadRow(total, acc, x);
         uStoreK(at.u + uU() + i, w.d, f.hi);
         gloStoreK(at.glo + lGlo() + i, w.d, f.lo);
         // gateFactors: Qg, Kd, and K (.) Gamma left in W (the right operand W's product stages,
