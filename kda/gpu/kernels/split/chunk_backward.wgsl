@@ -1,5 +1,6 @@
 // The split set's backward, the pairwise and gate gradients (docs/kda.md 2.3), in stages named
-// after the stages of kda/chunk.ts they run, each one workgroup per (chunk, head) but groupSums:
+// after the stages of kda/chunk.ts they run, one workgroup per (chunk, head), but Stage E's per
+// (chunk, head, group of PW_QUADS channel quads) and groupSums':
 //   pairwiseGrads       pairwiseGrads and elementwiseGrads (Stage E): dq, dk and the dG pieces
 //   gateCumsumBackward  Stage F: dbeta and the reverse cumsum to dg
 //   groupSums           dq and dk of each query/key head, the sum over its group of value heads
