@@ -439,6 +439,27 @@ Deno.test("the dispatch grid is exact, and a dimension over the device's limit n
   assert.equal(at({ B: 100, T: 1600, H: 100 }), "");
 });
 
+Deno.test("a grid dimension over the device's limit is named by what the stage's grid counts there", () => {
+  const split = kernelSet("split");
+  const limits = {
+    maxStorageBufferBindingSize: 2 ** 40,
+    maxBufferSize: 2 ** 40,
+    maxComputeWorkgroupsPerDimension: 100,
+  };
+  const at = (H: number, K: number) =>
+    limitProblem(split, makePlan(split, { B: 1, T: 16, H, K, V: 4 }, 16), limits) ?? "";
+  // Stage E takes 64 channels a workgroup: at K = 256 a head is four workgroups in z
+  const grouped = at(26, 256);
+  assert.match(
+    grouped,
+    /^The shape needs 104 heads × channel groups of 64 in one dispatch dimension/,
+  );
+  assert.match(grouped, /not even B=1, T=1 fits at H=26, K=256, V=4$/);
+  assert.equal(at(25, 256), "");
+  assert.equal(at(100, 64), "");
+  assert.match(at(101, 64), /^The shape needs 101 heads in one dispatch dimension/);
+});
+
 Deno.test("shape, scale and limit reasons are sentences that name the value", () => {
   assert.equal(
     shapeProblem({ B: 1, T: 2, H: 1, K: 257, V: 4 }, 16),

@@ -140,6 +140,11 @@ export interface StageDecl {
   /** The workgroup grid [x, y, z] for a call's plan. */
   grid(plan: Plan): [number, number, number];
   /**
+   * What each dimension of the grid counts, for the reason a shape over the device's limit on
+   * workgroups per dimension gets (default: chunks (or V tiles) per sequence, heads, batch entries).
+   */
+  readonly axes?: readonly [string, string, string];
+  /**
    * A sequential scan, dispatched once per chunk range of {@linkcode KernelSet.scanRanges} (in
    * reverse order in the backward); the range arrives in group 1. A scan that is also
    * {@linkcode StageDecl.sliced} is dispatched once per slice instead (a slice spans no more of a

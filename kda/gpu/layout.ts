@@ -435,6 +435,9 @@ function allStages(set: KernelSet) {
   return [...set.forward.stages, ...(set.backward?.stages ?? [])];
 }
 
+/** What a stage's grid dimensions count where its declaration does not say (StageDecl.axes). */
+const DEFAULT_AXES = ["chunks (or V tiles) per sequence", "heads", "batch entries"] as const;
+
 function overLimit(set: KernelSet, plan: Plan, limits: SetLimits): string | null {
   const maxBinding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
   for (const buffer of set.buffers) {
@@ -445,10 +448,10 @@ function overLimit(set: KernelSet, plan: Plan, limits: SetLimits): string | null
     }
   }
   const perDim = limits.maxComputeWorkgroupsPerDimension;
-  const [axis, need] = allStages(set).flatMap((s) => s.grid(plan).map((n, i) => [i, n]))
-    .reduce((most, next) => (next[1] > most[1] ? next : most), [0, 0]);
+  const [what, need] = allStages(set).flatMap((s) =>
+    s.grid(plan).map((n, i) => [(s.axes ?? DEFAULT_AXES)[i], n] as const)
+  ).reduce((most, next) => (next[1] > most[1] ? next : most), ["", 0]);
   if (need > perDim) {
-    const what = ["chunks (or V tiles) per sequence", "heads", "batch entries"][axis];
     return `the shape needs ${need} ${what} in one dispatch dimension, over the device's limit ` +
       `of ${perDim} workgroups per dimension`;
   }

@@ -337,8 +337,22 @@ const gridOver = (n: number, plan: Plan): [number, number, number] => [
 const chunkGrid = (plan: Plan) => gridOver(plan.NCT, plan);
 /** The sliced stages' grid: the chunks of one slice. */
 const sliceGrid = (plan: Plan) => gridOver(plan.sliceChunks, plan);
+/** Stage E's grid: the slice's chunks, and each head's channel groups of PW_QUADS quads in z. */
+const pairwiseGrid = (plan: Plan): [number, number, number] => {
+  const [x, y, z] = sliceGrid(plan);
+  return [x, y, z * Math.ceil(plan.K / (4 * PW_QUADS))];
+};
 /** The scans' grid: V tiles, heads, sequences. */
 const scanGrid = (plan: Plan): [number, number, number] => [plan.extra.nVT, plan.H, plan.N];
+/** What the grids' dimensions count, for the reason a shape over the device's limit gets. */
+const CHUNK_AXES = ["chunks", `runs of ${GRID_X} chunks`, "heads"] as const;
+const PAIRWISE_AXES = [
+  "chunks",
+  `runs of ${GRID_X} chunks`,
+  `heads × channel groups of ${4 * PW_QUADS}`,
+] as const;
+const SCAN_AXES = ["V tiles", "heads", "sequences"] as const;
+const SUM_AXES = ["workgroups of token rows", `runs of ${GRID_X} workgroups`, "—"] as const;
 /** The group sums' grid: four channels of every token row of the query/key heads an invocation. */
 function sumGrid(plan: Plan): [number, number, number] {
   const groups = Math.ceil((plan.B * plan.T * plan.HQ * Math.ceil(plan.K / 4)) / WORKGROUP_SIZE);
@@ -536,18 +550,21 @@ export const SPLIT: KernelSet = {
       {
         entry: "chunkPrep",
         grid: chunkGrid,
+        axes: CHUNK_AXES,
         uses: ["q", "k", "v", "g", "beta", "chunks", "work", "kd", "qg", "u", "glo", "tri"],
         sections: ["cumsum", "lp", "subst", "wu", "factors"],
       },
       {
         entry: "stateScan",
         grid: scanGrid,
+        axes: SCAN_AXES,
         scan: true,
         uses: ["h0", "chunks", "work4", "kd4", "u4", "states", "ht"],
       },
       {
         entry: "chunkOutput",
         grid: chunkGrid,
+        axes: CHUNK_AXES,
         onlyOutputs: true,
         uses: ["chunks", "qg4", "tri4", "states4", "o"],
       },
@@ -582,12 +599,14 @@ export const SPLIT: KernelSet = {
       {
         entry: "gateFactors",
         grid: sliceGrid,
+        axes: CHUNK_AXES,
         sliced: true,
         uses: ["q", "k", "g", "chunks", "gates"],
       },
       {
         entry: "stateScanBackward",
         grid: scanGrid,
+        axes: SCAN_AXES,
         scan: true,
         sliced: true,
         uses: ["chunks", "work4", "gates4", "tri4", "dout", "dht", "bw", "dh0"],
@@ -595,6 +614,7 @@ export const SPLIT: KernelSet = {
       {
         entry: "chunkGradsV",
         grid: sliceGrid,
+        axes: CHUNK_AXES,
         sliced: true,
         uses: [
           ...["v", "beta", "chunks", "tri4", "states4", "dout", "bw4"],
@@ -605,16 +625,15 @@ export const SPLIT: KernelSet = {
       {
         entry: "chunkGradsK",
         grid: sliceGrid,
+        axes: CHUNK_AXES,
         sliced: true,
         uses: ["k", "beta", "chunks", "gates4", "tri4", "gs"],
         sections: ["bdT", "bKb", "bEf", "bC", "bD"],
       },
       {
         entry: "pairwiseGrads",
-        grid: (plan: Plan) => {
-          const [x, y, z] = sliceGrid(plan);
-          return [x, y, z * Math.ceil(plan.K / (4 * PW_QUADS))];
-        },
+        grid: pairwiseGrid,
+        axes: PAIRWISE_AXES,
         sliced: true,
         uses: [
           ...["q", "k", "beta", "chunks", "gates4", "gs4", "bw"],
@@ -625,11 +644,18 @@ export const SPLIT: KernelSet = {
       {
         entry: "gateCumsumBackward",
         grid: sliceGrid,
+        axes: CHUNK_AXES,
         sliced: true,
         uses: ["chunks", "work4", "bw", "gs", "dg", "dbeta"],
         sections: ["bF"],
       },
-      { entry: "groupSums", grid: sumGrid, uses: ["dq", "dk", "dqh", "dkh"], when: grouped },
+      {
+        entry: "groupSums",
+        grid: sumGrid,
+        axes: SUM_AXES,
+        uses: ["dq", "dk", "dqh", "dkh"],
+        when: grouped,
+      },
     ],
     bind: {
       q: "q",
