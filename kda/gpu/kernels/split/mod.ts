@@ -14,7 +14,6 @@
 // under a budget (SLICE_BUDGET, docs/kda.md 3.3).
 
 import type { ChunkSize, KdaDims } from "../../../_types.ts";
-import type { AccessorDecl } from "../../accessors.ts";
 import {
   bytesOf,
   ofSize,
@@ -27,6 +26,7 @@ import {
 import { gpuDebug } from "../../_debug.ts";
 import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
 import { CC, chunkRanges, CK, CV, evenRanges, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
+import { SPLIT_ACCESSORS } from "./_accessors.ts";
 
 /** Channels per staged slice of the pairwise products. */
 const LP_BLOCK = 8;
@@ -261,72 +261,6 @@ const TOKV: Size = [[1, "B", "T", "H", "V"]];
 const TOKB: Size = [[1, "B", "T", "H"]];
 const STATE: Size = [[1, "N", "H", "K", "V"]];
 
-/** The vec4 accessors the set's WGSL uses. */
-const ACCESSORS: readonly AccessorDecl[] = [
-  // the caller's arrays, and the per-chunk buffers where a stage also writes them: float by float
-  // (vec4 views of the caller's arrays beside them measured slower: bench/results/ANALYSIS.md)
-  ["load", "q", "K"],
-  ["load", "k", "K"],
-  ["load", "g", "K"],
-  ["load", "dout", "V"],
-  ["load", "v", "V"],
-  ["load", "work", "K"],
-  ["load", "ht", "V"],
-  ["load", "h0", "V"],
-  ["load", "dht", "V"],
-  ["load", "dh0", "V"],
-  ["load", "dqh", "K"],
-  ["load", "dkh", "K"],
-  // the per-chunk buffers as the stages that only read them see them: vec4 views
-  ...(["work4", "kd4", "qg4", "gates4", "tri4", "states4", "bw4", "gs4"] as const).map((view) =>
-    ["element", view, "K"] as const
-  ),
-  ...(["qg4", "gates4", "tri4", "states4", "bw4", "gs4"] as const).map((view) =>
-    ["gatherVec", view, "K"] as const
-  ),
-  ...(["work4", "kd4", "gates4", "states4", "bw4", "gs4"] as const).map((view) =>
-    ["loadVec", view, "K"] as const
-  ),
-  // the scans' slab loads (forward.wgsl)
-  ...(["work4", "kd4", "gates4"] as const).map((view) => ["loadVecIf", view, "K"] as const),
-  ...(["u4", "states4", "bw4"] as const).map((view) => ["loadVec", view, "V"] as const),
-  ["element", "u4", "V"],
-  ["store", "states", "K"],
-  ["storeTileTransposed", "states", "K"],
-  ["storeTileTransposed", "bw", "K"],
-  ["store", "states", "V"],
-  ["store", "o", "V"],
-  ["store", "ht", "V"],
-  ["store", "dh0", "V"],
-  ["store", "bw", "K"],
-  ["store", "bw", "V"],
-  ["store", "dv", "V"],
-  ["store", "dq", "K"],
-  ["store", "dk", "K"],
-  ["store", "dg", "K"],
-  ["store", "dqh", "K"],
-  ["store", "dkh", "K"],
-  ["store", "gates", "K"],
-  ["store", "u", "K"],
-  ["store", "glo", "K"],
-  ["store", "qg", "K"],
-  ["store", "kd", "K"],
-  ["store", "work", "K"],
-  ["gather", "q", "K"],
-  ["gather", "k", "K"],
-  ["gather", "v", "K"],
-  ["gather", "beta", "K"],
-  ["gather", "u", "K"],
-  ["gather", "glo", "K"],
-  ["gather", "dout", "K"],
-  ["gather", "gs", "K"],
-  ["storeRows", "work", "K"],
-  ["storeRows", "u", "K"],
-  ["storeRows", "gs", "K"],
-  ["storeTriangle", "tri", "K"],
-  ["storeTriangle", "gs", "K"],
-];
-
 /** A chunk-parallel grid over n chunks: the chunks in x (wrapped past GRID_X), heads in z. */
 const gridOver = (n: number, plan: Plan): [number, number, number] => [
   Math.min(n, GRID_X),
@@ -544,7 +478,7 @@ export const SPLIT: KernelSet = {
       doc: name,
     })),
   ],
-  accessors: ACCESSORS,
+  accessors: SPLIT_ACCESSORS,
   forward: {
     stages: [
       {
