@@ -451,7 +451,9 @@ let exitHook = false;
  * Destroys the live device when the process ends, while the runtime and the driver are still
  * whole, instead of leaving it to the process's teardown. Left to the teardown, a long test run on
  * the software adapter (llvmpipe) sometimes aborted in glibc ("double free or corruption") after
- * every test had passed: about one full `deno task test` in four here.
+ * every test had passed: about one full `deno task test` in four here. What remains (about one
+ * run in eight of many GPU test modules) is libEGL's destructor, which wgpu's GL backend loads,
+ * racing an exiting thread's cleanup; CI selects Vulkan alone (README.md, GPUs).
  */
 function destroyAtExit(): void {
   if (exitHook) return;
