@@ -112,23 +112,21 @@ fn eKd() -> u32 {
   return p.C * p.K;
 }
 
-// Stage E's blocks (4 rows x 4 channels) of a workgroup's PW_QUADS channel quads, in warps of
-// PW_COLS channel quads x 32 / PW_COLS neighbouring row quads (docs/kda.md 3.2). pairwiseWarps
-// pads the grid of nRG x nDG blocks to whole warp tiles (x rows, y columns; a warp spans fewer
-// channel quads where there are fewer); pairwiseBlock is slot's block (row quad, channel quad),
-// past the grid where the tile overhangs it.
+// Stage E's blocks (4 rows x 4 channels) of a workgroup's PW_QUADS channel quads, in warps of cw
+// channel quads x 32 / cw neighbouring row quads (docs/kda.md 3.2). pairwiseWarpCols is cw:
+// PW_COLS, or fewer where there are fewer channel quads; pairwiseWarps pads the grid of nRG x nDG
+// blocks to whole warp tiles (x rows, y columns); pairwiseBlock is slot's block (row quad, channel
+// quad), past the grid where the tile overhangs it.
 fn pairwiseWarpCols(nDG: u32) -> u32 {
   return min(PW_COLS, max(1u, 1u << (32u - countLeadingZeros(max(nDG, 1u) - 1u))));
 }
 
-fn pairwiseWarps(nRG: u32, nDG: u32) -> vec2u {
-  let cw = pairwiseWarpCols(nDG);
+fn pairwiseWarps(nRG: u32, nDG: u32, cw: u32) -> vec2u {
   let rw = 32u / cw;
   return vec2u(rw * ((nRG + rw - 1u) / rw), cw * ((nDG + cw - 1u) / cw));
 }
 
-fn pairwiseBlock(slot: u32, pw: vec2u, nDG: u32) -> vec2u {
-  let cw = pairwiseWarpCols(nDG);
+fn pairwiseBlock(slot: u32, pw: vec2u, cw: u32) -> vec2u {
   let rw = 32u / cw;
   let tile = slot / 32u;
   let lane = slot % 32u;
@@ -167,9 +165,10 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
   // diagonal s = r has E = 1 and is added apart: its two contributions to dG (at both ends of the
   // pair) cancel exactly and are left out.
   // ABLATE bE {
-  let pw = pairwiseWarps(nRG, nDG);
+  let cw = pairwiseWarpCols(nDG);
+  let pw = pairwiseWarps(nRG, nDG, cw);
   for (var slot = lid; slot < pw.x * pw.y; slot += WG) {
-    let at4 = pairwiseBlock(slot, pw, nDG);
+    let at4 = pairwiseBlock(slot, pw, cw);
     if (at4.x >= nRG || at4.y >= nDG) {
       continue;
     }

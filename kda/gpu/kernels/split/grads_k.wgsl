@@ -274,8 +274,8 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   // Stage B, wyBackward: dT = dW Kb^T + dU Vb^T (strictly lower part only: dL needs no more),
   // with dW Kb^T = (dW Kg^T) diag(beta), Kg formed as it is staged (kgColumn), and
   // dU Vb^T = M diag(beta); over slices of 32 channels of dW (tileA) and Kg (tileK) staged
-  // transposed as for dKb, the next one loaded while this one is computed on. 4 rows r x 4 columns s a tile, the lower blocks only;
-  // the result into the square for Stage C
+  // transposed as for dKb, the next one loaded while this one is computed on. 4 rows r x 4
+  // columns s a tile, the lower blocks only; the result into the square for Stage C
   // ABLATE bdT {
   var dt = mat4x4f();
   let bBlk = lowerBlock(lid);

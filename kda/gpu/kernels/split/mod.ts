@@ -281,8 +281,8 @@ const scanGrid = (plan: Plan): [number, number, number] => [plan.extra.nVT, plan
 /** What the grids' dimensions count, for the reason a shape over the device's limit gets. */
 const CHUNK_AXES = ["chunks", `runs of ${GRID_X} chunks`, "heads"] as const;
 const PAIRWISE_AXES = [
-  "chunks",
-  `runs of ${GRID_X} chunks`,
+  CHUNK_AXES[0],
+  CHUNK_AXES[1],
   `heads × channel groups of ${4 * PW_QUADS}`,
 ] as const;
 const SCAN_AXES = ["V tiles", "heads", "sequences"] as const;
