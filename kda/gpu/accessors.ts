@@ -74,6 +74,7 @@ export type AccessorKind =
   | "loadVecIf"
   | "element"
   | "store"
+  | "storeVec"
   | "storeTransposed"
   | "storeTileTransposed"
   | "gather"
@@ -149,6 +150,28 @@ const TEMPLATES: Record<AccessorKind, Template> = {
         "  }",
         ...LANES.map((c, i) =>
           `  if (j${plus(i)} < p.${l}) { ${b}[row + j${plus(i)}] = value.${c}; }`
+        ),
+        "}",
+      ].join("\n"),
+  },
+  /**
+   * As `store`, for a writable vec4 view of a buffer the package makes: an aligned run in one
+   * store, any other lane by lane (each its own float of the view).
+   */
+  storeVec: {
+    name: (b, l) => (l === "K" ? `${b}StoreK` : `${b}StoreCols`),
+    body: (b, l, name) =>
+      [
+        `fn ${name}(row: u32, j: u32, value: vec4f) {`,
+        "  let i = row + j;",
+        `  if ((i & 3u) == 0u && j + 3u < p.${l}) {`,
+        `    ${b}[i >> 2u] = value;`,
+        "    return;",
+        "  }",
+        ...LANES.map((c, n) =>
+          `  if (j${plus(n)} < p.${l}) { ${b}[(i${plus(n)}) >> 2u][(i${
+            plus(n)
+          }) & 3u] = value.${c}; }`
         ),
         "}",
       ].join("\n"),

@@ -49,9 +49,9 @@ export const SPLIT_ACCESSORS: readonly AccessorDecl[] = [
   ["store", "dv", "V"],
   ["store", "dq", "K"],
   ["store", "dk", "K"],
-  ["store", "dg", "K"],
-  ["store", "dqh", "K"],
-  ["store", "dkh", "K"],
+  ...(["bw4w", "dq4w", "dk4w", "dg4w", "dqh4w", "dkh4w"] as const).map((view) =>
+    ["storeVec", view, "K"] as const
+  ),
   ["store", "gates", "K"],
   ["store", "u", "K"],
   ["store", "glo", "K"],

@@ -50,30 +50,30 @@ fn elementwiseGrads(
     d,
     betaR * dKb * gam + dKd * ed + pairL + colSum + p.scale * dPrr * qr,
   );
-  dgStoreK(
+  dg4wStoreK(
     aDg() + row * K,
     d,
     (dQg * qr + betaR * dKb * kr) * gam + kr * pairL + qr * pairP - kr * colSum,
   );
-  bwStoreK(at.bw + eKb() + r * K, d, dKb * kr * gam + kr * rowL);
-  bwStoreK(at.bw + eKd() + r * K, d, dKd * kr * ed);
+  bw4wStoreK(at.bw + eKb() + r * K, d, dKb * kr * gam + kr * rowL);
+  bw4wStoreK(at.bw + eKd() + r * K, d, dKd * kr * ed);
 }
 
 // dq or dk of one row's four channels: into the per-value-head scratch when value heads are grouped
 // (groupSums adds them up), else where the caller reads them (the row is then also q's and k's)
 fn storeDq(row: u32, d: u32, value: vec4f) {
   if ((p.flags & GROUPED) != 0u) {
-    dqhStoreK(eDq() + row * p.K, d, value);
+    dqh4wStoreK(eDq() + row * p.K, d, value);
   } else {
-    dqStoreK(aDq() + row * p.K, d, value);
+    dq4wStoreK(aDq() + row * p.K, d, value);
   }
 }
 
 fn storeDk(row: u32, d: u32, value: vec4f) {
   if ((p.flags & GROUPED) != 0u) {
-    dkhStoreK(eDk() + row * p.K, d, value);
+    dkh4wStoreK(eDk() + row * p.K, d, value);
   } else {
-    dkStoreK(aDk() + row * p.K, d, value);
+    dk4wStoreK(aDk() + row * p.K, d, value);
   }
 }
 

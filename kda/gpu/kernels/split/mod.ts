@@ -471,6 +471,14 @@ export const SPLIT: KernelSet = {
       wgsl: "array<vec4f>",
       doc: `${name} as vec4s`,
     })),
+    // the buffers Stage E writes four floats at a time, as writable vec4s (a buffer the package
+    // makes is whole vec4s; Stage E binds them through these alone)
+    ...["bw", "dq", "dk", "dg", "dqh", "dkh"].map((name) => ({
+      name: `${name}4w`,
+      type: "storage" as const,
+      wgsl: "array<vec4f>",
+      doc: `${name} as vec4s, written`,
+    })),
     ...["dq", "dk", "dv", "dg", "dbeta", "dh0", "dqh", "dkh"].map((name) => ({
       name,
       type: "storage" as const,
@@ -570,8 +578,8 @@ export const SPLIT: KernelSet = {
         axes: PAIRWISE_AXES,
         sliced: true,
         uses: [
-          ...["q", "k", "beta", "chunks", "gates4", "gs4", "bw"],
-          ...["dq", "dk", "dg", "dqh", "dkh"],
+          ...["q", "k", "beta", "chunks", "gates4", "gs4", "bw4w"],
+          ...["dq4w", "dk4w", "dg4w", "dqh4w", "dkh4w"],
         ],
         sections: ["bE"],
       },
@@ -620,6 +628,12 @@ export const SPLIT: KernelSet = {
       dh0: "dh0",
       dqh: "dq per value head",
       dkh: "dk per value head",
+      bw4w: "backward scratch",
+      dq4w: "dq",
+      dk4w: "dk",
+      dg4w: "dg",
+      dqh4w: "dq per value head",
+      dkh4w: "dk per value head",
     },
   },
   extra(shape: KdaDims, C: ChunkSize) {
