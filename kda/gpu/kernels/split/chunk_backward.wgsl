@@ -55,7 +55,11 @@ fn elementwiseGrads(
     d,
     (dQg * qr + betaR * dKb * kr) * gam + kr * pairL + qr * pairP - kr * colSum,
   );
-  bw4wStoreK(at.bw + eKb() + r * K, d, dKb * kr * gam + kr * rowL);
+  // the dKb term of dbeta summed over the quad's four channels (zeros past K): Stage F adds the
+  // row's quads in order
+  let kb = dKb * kr * gam + kr * rowL;
+  let kbAt = at.bw + eKb() + r * ((K + 3u) / 4u) + d / 4u;
+  bw4w[kbAt >> 2u][kbAt & 3u] = ((kb.x + kb.y) + kb.z) + kb.w;
   bw4wStoreK(at.bw + eKd() + r * K, d, dKd * kr * ed);
 }
 
@@ -344,9 +348,11 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
     if (e < at.cv) {
       let r = e;
       var acc = gs[at.gs + gBv() + r];
-      let row = at.bw + eKb() + r * p.K;
+      // the row's quad sums of the dKb term (elementwiseGrads)
+      let nQ = (p.K + 3u) / 4u;
+      let row = at.bw + eKb() + r * nQ;
       var d = 0u;
-      for (; d + 8u <= p.K; d += 8u) {
+      for (; d + 8u <= nQ; d += 8u) {
         let x = vec4f(bw[row + d], bw[row + d + 1u], bw[row + d + 2u], bw[row + d + 3u]);
         let y = vec4f(bw[row + d + 4u], bw[row + d + 5u], bw[row + d + 6u], bw[row + d + 7u]);
         acc += x.x;
@@ -358,7 +364,7 @@ fn gateCumsumBackward(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocatio
         acc += y.z;
         acc += y.w;
       }
-      for (; d < p.K; d++) {
+      for (; d < nQ; d++) {
         acc += bw[row + d];
       }
       dbeta[aDbeta() + vrow(at, r)] = acc;
