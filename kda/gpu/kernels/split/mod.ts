@@ -81,7 +81,7 @@ const MM_SLICE = 16;
  */
 const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
 /** Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). */
-const E_BLOCK = 16;
+const E_BLOCK = 64;
 /**
  * Channel quads a warp of Stage E's blocks spans, its other lanes taking the next row quad (on the
  * H200, 8 channel quads x 4 row quads was slower: bench/results/ANALYSIS.md, eleventh pass).
