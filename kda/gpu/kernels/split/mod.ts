@@ -80,7 +80,14 @@ const MM_SLICE = 16;
  * MM_SLICE x C / 4 vec4s and an MM_SLICE x 256 / 4 right-operand slice (32 KB).
  */
 const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
-/** Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). */
+/**
+ * Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). At 64, a chunk's rows at
+ * every chunk size: every pair's decay is formed in the loops themselves, one exp a row, and the
+ * loops over earlier and later blocks (with chunkGradsK's factors F and A) are not entered. On the
+ * H200 that was fastest (pairwiseGrads 4.92 ms against 5.09 at 32 rows, 5.33 at 16, 5.66 at 8);
+ * removing the unentered loops and the factors (branch noF) measured the same in all (chunkGradsK
+ * 0.7 ms faster, pairwiseGrads 0.77 ms slower): bench/results/ANALYSIS.md, twelfth pass.
+ */
 const E_BLOCK = 64;
 /**
  * Channel quads a warp of Stage E's blocks spans, its other lanes taking the next row quad (on the
