@@ -98,6 +98,47 @@ export async function withGpuJobs<F, R>(
 }
 
 /**
+ * n floats of a smooth wave, sin(0.37 i) scale: inputs that need no random generator, so that two
+ * runs (and two benchmarks) see the same bytes.
+ *
+ * @param n The length.
+ * @param scale The amplitude.
+ * @returns The wave.
+ */
+export function wave(n: number, scale: number): Float32Array {
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) a[i] = Math.sin(i * 0.37) * scale;
+  return a;
+}
+
+/**
+ * The host benchmarks' problem at a shape, from waves: g <= 0 (gates that decay), beta in
+ * (0.05, 0.95), scale 1 / sqrt(K).
+ *
+ * @param dims B, T, H, K, V.
+ * @returns The problem, f32.
+ */
+export function waveProblem(
+  dims: { B: number; T: number; H: number; K: number; V: number },
+): KdaProblem<Float32Array> {
+  const { B, T, H, K, V } = dims;
+  const rows = B * T * H;
+  return {
+    B,
+    T,
+    H,
+    K,
+    V,
+    scale: 1 / Math.sqrt(K),
+    q: wave(rows * K, 0.5),
+    k: wave(rows * K, 0.1),
+    v: wave(rows * V, 0.5),
+    g: wave(rows * K, 0.01).map((a) => -Math.abs(a)),
+    beta: wave(rows, 0.45).map((b) => 0.5 + b),
+  };
+}
+
+/**
  * The median of some numbers (the upper one of the middle two for an even count; NaN for none).
  *
  * @param xs The numbers.

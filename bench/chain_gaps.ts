@@ -10,11 +10,10 @@
 //
 // Run: deno run -A bench/chain_gaps.ts B T H K [N]   (V = K, C = 64, the split set; N = 10)
 
-import type { KdaProblem } from "../kda/_types.ts";
 import { kdaVjp } from "../kda/op/op.ts";
 import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { getContext } from "../kda/gpu/device.ts";
-import { uploadProblem } from "../bench/_run.ts";
+import { uploadProblem, wave, waveProblem } from "./_run.ts";
 
 const [B, T, H, K] = Deno.args.slice(0, 4).map(Number);
 const N = Number(Deno.args[4] ?? 10);
@@ -44,27 +43,9 @@ GPUQueue.prototype.submit = function (b: GPUCommandBuffer[]) {
   return origSubmit.call(this, b);
 };
 
-const rows = B * T * H;
-const wave = (n: number, s: number) => {
-  const a = new Float32Array(n);
-  for (let i = 0; i < n; i++) a[i] = Math.sin(i * 0.37) * s;
-  return a;
-};
-const x: KdaProblem<Float32Array> = {
-  B,
-  T,
-  H,
-  K,
-  V,
-  scale: 1 / Math.sqrt(K),
-  q: wave(rows * K, 0.5),
-  k: wave(rows * K, 0.1),
-  v: wave(rows * V, 0.5),
-  g: wave(rows * K, 0.01).map((a) => -Math.abs(a)),
-  beta: wave(rows, 0.45).map((b) => 0.5 + b),
-};
+const x = waveProblem({ B, T, H, K, V });
 const inputs = await uploadProblem(x);
-const dout = await toGpu(wave(rows * V, 0.5), [B, T, H, V]);
+const dout = await toGpu(wave(B * T * H * V, 0.5), [B, T, H, V]);
 const options = { arm: "gpu", strict: true, chunkSize: 64, kernels: "split" } as const;
 let last = await kdaVjp(inputs, { dout }, options);
 const wakeModule = device.createShaderModule({

@@ -9,10 +9,9 @@
 //
 //   deno task bench:host 8,4096,16,128,128 split
 
-import type { KdaProblem } from "../kda/_types.ts";
 import { kda, kdaVjp } from "../kda/op/op.ts";
 import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
-import { uploadProblem } from "./_run.ts";
+import { uploadProblem, wave, waveProblem } from "./_run.ts";
 
 type Stat = { n: number; ms: number };
 const stats = new Map<string, Stat>();
@@ -60,28 +59,9 @@ if (dims.length !== 5 || !dims.every((x) => Number.isInteger(x) && x > 0)) {
 const [B, T, H, K, V] = dims;
 const kernels = Deno.args[1] ?? "split";
 const CALLS = 20;
-const rows = B * T * H;
-const wave = (n: number, scale: number) => {
-  const a = new Float32Array(n);
-  for (let i = 0; i < n; i++) a[i] = Math.sin(i * 0.37) * scale;
-  return a;
-};
-const beta = wave(rows, 0.45).map((x) => 0.5 + x);
-const x: KdaProblem<Float32Array> = {
-  B,
-  T,
-  H,
-  K,
-  V,
-  scale: 1 / Math.sqrt(K),
-  q: wave(rows * K, 0.5),
-  k: wave(rows * K, 0.1),
-  v: wave(rows * V, 0.5),
-  g: wave(rows * K, 0.01).map((a) => -Math.abs(a)),
-  beta,
-};
+const x = waveProblem({ B, T, H, K, V });
 const inputs = await uploadProblem(x);
-const dout = await toGpu(wave(rows * V, 0.5), [B, T, H, V]);
+const dout = await toGpu(wave(B * T * H * V, 0.5), [B, T, H, V]);
 const options = { arm: "gpu", strict: true, chunkSize: K >= 64 ? 64 : 16, kernels } as const;
 
 for (const which of ["kda", "kdaVjp"] as const) {
