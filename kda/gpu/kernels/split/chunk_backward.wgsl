@@ -166,9 +166,9 @@ fn pairwiseGrads(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_ind
   //   rows r' in a later block I (first row f):               E_{r' r_i} = A_r' e^{G_f - G_rlast} e^{G_rlast - G_ri}
   // with F and A from Stage E's factors, one exp per block J or I and the block's own rows formed
   // directly (E_BLOCK is 64, mod.ts: a block is the whole chunk at every chunk size, so only the
-  // lines of r's own block apply, one exp a row). Every exponent is <= 0. Pairs inside the 4-row block are formed directly. The
-  // diagonal s = r has E = 1 and is added apart: its two contributions to dG (at both ends of the
-  // pair) cancel exactly and are left out.
+  // lines of r's own block apply, one exp a row). Every exponent is <= 0. Pairs inside the 4-row
+  // block are formed directly. The diagonal s = r has E = 1 and is added apart: its two
+  // contributions to dG (at both ends of the pair) cancel exactly and are left out.
   // ABLATE bE {
   let cw = pairwiseWarpCols(nDG);
   let pw = pairwiseWarps(nRG, nDG, cw);
