@@ -15,11 +15,21 @@ import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { getContext } from "../kda/gpu/device.ts";
 import { uploadProblem, wave, waveProblem } from "./_run.ts";
 
-const [B, T, H, K] = Deno.args.slice(0, 4).map(Number);
-const N = Number(Deno.args[4] ?? 10);
+const nums = Deno.args.map(Number);
+if (
+  (nums.length !== 4 && nums.length !== 5) || !nums.every((x) => Number.isInteger(x) && x > 0)
+) {
+  throw new RangeError(
+    `Invalid arguments: expected B T H K [N] as four or five positive integers, got ${
+      Deno.args.join(" ") || "none"
+    }`,
+  );
+}
+const [B, T, H, K] = nums;
+const N = nums[4] ?? 10;
 const V = K;
-const ctx = await getContext();
-const device = ctx.device;
+const { device } = await getContext();
+// timestamps for every pass of the 2N timed steps (WebGPU's limit on a query set's size)
 const MAXQ = 4096;
 const qs = device.createQuerySet({ type: "timestamp", count: MAXQ });
 let nq = 0;
@@ -29,7 +39,12 @@ const labels: string[] = [];
 const submits: number[] = [];
 const origBegin = GPUCommandEncoder.prototype.beginComputePass;
 GPUCommandEncoder.prototype.beginComputePass = function (d?: GPUComputePassDescriptor) {
-  if (inject && nq + 2 <= MAXQ && (d === undefined || d.timestampWrites === undefined)) {
+  if (inject && (d === undefined || d.timestampWrites === undefined)) {
+    if (nq + 2 > MAXQ) {
+      throw new RangeError(
+        `Invalid N: expected the ${2 * N} timed steps' passes to fit ${MAXQ} timestamps, got ${N}`,
+      );
+    }
     labels.push(d?.label ?? "?");
     const w = { querySet: qs, beginningOfPassWriteIndex: nq, endOfPassWriteIndex: nq + 1 };
     nq += 2;
@@ -160,3 +175,5 @@ for (const mode of ["plain", "timed", "wake"]) {
   }
 }
 releaseTensors(last, inputs, dout);
+qs.destroy();
+wakeBuf.destroy();
