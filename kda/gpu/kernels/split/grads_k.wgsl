@@ -314,10 +314,11 @@ fn chunkGradsK(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
 
   // Stage E's factors, once per (row, channel), from the gates alone: with rows in blocks of
   // E_BLOCK, F_r = e^{G_e - G_r} to the last row e of r's block (into W: dW is spent) and
-  // A_r = e^{G_r - G_f} from its first row f. Both exponents are <= 0.
+  // A_r = e^{G_r - G_f} from its first row f. Both exponents are <= 0. Only a chunk of more than
+  // one block reads them (E_BLOCK is 64, mod.ts: none at any chunk size today).
   // ABLATE bEf {
   // (four channels an invocation)
-  for (var e = lid; e < cv * nDG; e += WG) {
+  for (var e = lid; E_BLOCK < p.C && e < cv * nDG; e += WG) {
     let r = e / nDG;
     let d = 4u * (e % nDG);
     let f = E_BLOCK * (r / E_BLOCK);

@@ -83,10 +83,11 @@ const GV_VEC4 = 4 * MM_SLICE * 16 + MM_SLICE * 64;
 /**
  * Rows per anchor block of Stage E's pairwise sums (chunk_backward.wgsl). At 64, a chunk's rows at
  * every chunk size: every pair's decay is formed in the loops themselves, one exp a row, and the
- * loops over earlier and later blocks (with chunkGradsK's factors F and A) are not entered. On the
- * H200 that was fastest (pairwiseGrads 4.92 ms against 5.09 at 32 rows, 5.33 at 16, 5.66 at 8);
- * removing the unentered loops and the factors (branch noF) measured the same in all (chunkGradsK
- * 0.7 ms faster, pairwiseGrads 0.77 ms slower): bench/results/ANALYSIS.md, twelfth pass.
+ * loops over earlier and later blocks are not entered, and chunkGradsK skips the factors F and A
+ * that only they read. On the H200 that was fastest (pairwiseGrads 4.92 ms against 5.09 at 32 rows,
+ * 5.33 at 16, 5.66 at 8; chunkGradsK 3.04 → 2.49 ms without the factors); removing the unentered
+ * loops as well (branch noF) made pairwiseGrads 0.77 ms slower: bench/results/ANALYSIS.md, twelfth
+ * and thirteenth passes.
  */
 const E_BLOCK = 64;
 /**
