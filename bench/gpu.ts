@@ -1,8 +1,8 @@
 // Benchmark of the `gpu` arm, per shape:
 //   - the GPU kernel time of each stage and their total (timestamp queries, one compute pass per
 //     stage, when the adapter has `timestamp-query`), steady state: the stages run REPEAT times
-//     back to back in one submit and each stage's median is kept (single-submit times, with a
-//     readback between runs, are recorded too);
+//     back to back in one submit and each stage's median is kept, after a warm-up that lets the
+//     GPU's clocks settle (single-submit times, with a readback between runs, are recorded too);
 //   - host wall-clock with the inputs already on the GPU (one submit + one readback), and end to
 //     end from typed arrays (gpuForward, gpuForward + gpuBackward: upload, run, read back);
 //   - effective TFLOP/s (formula below) and GB/s against the bytes that must move.
@@ -186,6 +186,44 @@ const CHAIN = 10;
 /** Repeats of the stages in the one submit that measures steady-state kernel time. */
 const REPEAT = 8;
 
+/** GPU time of warm-up submits before the steady-state kernel time is taken, in ms. */
+const WARM_GPU_MS = 250;
+/** Wall time after which the warm-up stops however little GPU time it ran (small shapes), in ms. */
+const WARM_WALL_MS = 400;
+/** Steady-state submits measured after the warm-up; the one with the median total is kept. */
+const STEADY_RUNS = 3;
+
+/**
+ * The per-stage steady-state kernel time (ns) of a job: steady submits until WARM_GPU_MS of GPU
+ * time (or WARM_WALL_MS of wall) have run, so that the GPU's clocks have left the state an idle
+ * spell (a readback before) left them in, then STEADY_RUNS submits, of which the one with the
+ * median total is kept. Taken right after a readback, the forward's stages at (4, 4096, 16, 128)
+ * once read 2.5 times their settled time (bench/results/ANALYSIS.md, thirteenth pass).
+ *
+ * @param run One steady submit, returning its per-stage times in ns (undefined without timestamps).
+ * @returns The kept submit's per-stage times, or undefined without timestamps.
+ */
+async function steadyStages(
+  run: () => Promise<number[] | undefined>,
+): Promise<number[] | undefined> {
+  const total = (ns: number[]) => ns.reduce((a, b) => a + b, 0);
+  const t0 = performance.now();
+  let gpuMs = 0;
+  do {
+    const ns = await run();
+    if (ns === undefined) return undefined;
+    gpuMs += total(ns) / 1e6;
+  } while (gpuMs < WARM_GPU_MS && performance.now() - t0 < WARM_WALL_MS);
+  const kept: number[][] = [];
+  for (let i = 0; i < STEADY_RUNS; i++) {
+    const ns = await run();
+    if (ns === undefined) return undefined;
+    kept.push(ns);
+  }
+  kept.sort((a, b) => total(a) - total(b));
+  return kept[Math.floor(kept.length / 2)];
+}
+
 async function timeRuns(
   runs: number,
   budgetMs: number,
@@ -339,7 +377,8 @@ async function benchShape(
     });
     // inputs resident: one submit + one readback per run, stages timed on the GPU; then the
     // steady-state kernel time: the stages REPEAT times back to back in one submit (no
-    // readback between, so the GPU's clocks settle), median per stage; run twice, keep the last
+    // readback between), median per stage, after a warm-up that keeps the GPU busy long enough
+    // for its clocks to settle (steadyStages)
     const steady = { timing: { repeat: REPEAT, readData: false } };
     const time = async (job: ForwardJob | BackwardJob) => {
       const timed = await timeRuns(
@@ -347,9 +386,7 @@ async function benchShape(
         budgetMs,
         async () => (await job.run({ timing: true })).stageNs,
       );
-      let last: number[] | undefined;
-      for (let i = 0; i < 2; i++) last = (await job.run(steady)).stageNs;
-      return [timed, last] as const;
+      return [timed, await steadyStages(async () => (await job.run(steady)).stageNs)] as const;
     };
     const [[fwd, fwdSteady], [bwd, bwdSteady]] = await withGpuJobs(set, x, dout, C, time, time);
     const device = KERNELS_ONLY
