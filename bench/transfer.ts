@@ -1,10 +1,13 @@
 // Host <-> device transfer rates through Deno's WebGPU, the ceiling of a call from typed arrays:
 // writeBuffer of large arrays (with the queue drained), and reading back through MAP_READ staging
-// buffers, in one piece or in chunks whose copies and maps overlap. Prints one JSON line per case.
+// buffers, in one piece or in chunks whose copies and maps overlap, and as the package reads
+// (kda/gpu/readback.ts: pieces small enough for the host allocator to reuse). Prints one JSON line
+// per case.
 //
 // Run: deno run --allow-env --allow-read bench/transfer.ts [MB] (default 1024)
 
 import { getContext } from "../kda/gpu/device.ts";
+import { READ_PIECE_BYTES, stageReads } from "../kda/gpu/readback.ts";
 
 const MB = Number(Deno.args[0] ?? 1024);
 const ctx = await getContext();
@@ -59,6 +62,28 @@ for (const chunks of [1, 4, 16]) {
     if (out[12345] !== 12345) throw new Error("readback mismatch");
   });
 }
+await time(
+  `readback as the package does it (stageReads: pieces of ${READ_PIECE_BYTES / 2 ** 20} MiB)`,
+  async () => {
+    const made: GPUBuffer[] = [];
+    const encoder = device.createCommandEncoder();
+    const staged = stageReads(
+      (label, size, usage) => {
+        const b = device.createBuffer({ label, size, usage });
+        made.push(b);
+        return b;
+      },
+      encoder,
+      [{ buffer: src, offset: 0, bytes }],
+      "transfer",
+    );
+    device.queue.submit([encoder.finish()]);
+    await staged.map();
+    const [out] = staged.copyOut();
+    for (const b of made) b.destroy();
+    if (out[12345] !== 12345) throw new Error("readback mismatch");
+  },
+);
 await time("one mapAsync of a staging buffer reused (no copy on the GPU)", async () => {
   const s = device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ });
   await s.mapAsync(GPUMapMode.READ);

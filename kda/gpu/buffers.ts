@@ -412,6 +412,8 @@ export function upload(
   elementOffset: number,
   data: Float32Array,
 ): void {
+  // nothing to write; Deno 2.9.6 panics on a writeBuffer of an empty array (no backing store)
+  if (data.length === 0) return;
   queue.writeBuffer(
     buffer,
     elementOffset * data.BYTES_PER_ELEMENT,

@@ -19,7 +19,7 @@ import {
 import { bufferView, DeviceTensor, type GpuTensor, isGpuTensor, pinTensors } from "./tensor.ts";
 import { glueOf } from "./glue.ts";
 import { glueIn, glueOut, type Layout, layoutFor, scratchTensor, viewDims } from "./_call_view.ts";
-import type { ReadPiece } from "./encode.ts";
+import type { ReadPiece } from "./readback.ts";
 import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
 import { chooseKernels } from "./kernels/mod.ts";
 import { typeName } from "../../base/check.ts";

@@ -13,6 +13,7 @@ import { GpuError } from "./device.ts";
 import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
 import { countSync } from "./tensor.ts";
 import { RANGE_BYTES } from "./layout.ts";
+import { type ReadPiece, type StagedReads, stageReads } from "./readback.ts";
 import type { DirectionDecl, Plan, StageDecl } from "./kernel_set.ts";
 
 /** One buffer-to-buffer copy on the GPU, in bytes. */
@@ -25,16 +26,6 @@ export interface BufferCopy {
   target: GPUBuffer;
   /** Byte offset in the target. */
   targetOffset: number;
-  /** Bytes (a multiple of 4). */
-  bytes: number;
-}
-
-/** A piece of a buffer to read back to the host as f32 elements. */
-export interface ReadPiece {
-  /** The buffer. */
-  buffer: GPUBuffer;
-  /** Byte offset in it. */
-  offset: number;
   /** Bytes (a multiple of 4). */
   bytes: number;
 }
@@ -224,32 +215,27 @@ export async function runPasses(
   const nPasses = passes.length;
   const nQueries = Math.max(1, 2 * nPasses * repeat);
   const reads = readData ? job.reads : [];
-  const dataBytes = reads.reduce((n, r) => n + r.bytes, 0);
-  const mustRead = dataBytes > 0 || timed;
-  // the staging buffer holds the data, then (256-byte aligned) the resolved timestamps
-  const tsOffset = Math.ceil(dataBytes / 256) * 256;
-  const stagingBytes = Math.max(16, timed ? tsOffset + nQueries * 8 : dataBytes);
   let querySet: GPUQuerySet | undefined;
   try {
-    const staging = await ctx.scoped(
+    const { staged, stamps } = await ctx.scoped(
       `${job.what} (encoding ${stages.map((s) => s.entry).join(" -> ")})`,
       () => {
         // every pipeline's layout has group 1 (the header declares the range), scans or not
         const rangeGroup = makeRanges(ctx, set, uniforms);
-        const staging = mustRead
-          ? set.make(
-            `${job.what} staging`,
-            stagingBytes,
-            GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-          )
-          : null;
+        // the resolved timestamps go through a staging buffer of their own
         let resolve: GPUBuffer | undefined;
+        let stamps: GPUBuffer | null = null;
         if (timed) {
           querySet = device.createQuerySet({ type: "timestamp", count: nQueries });
           resolve = set.make(
             `${job.what} timestamps`,
             nQueries * 8,
             GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC,
+          );
+          stamps = set.make(
+            `${job.what} timestamps staging`,
+            nQueries * 8,
+            GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
           );
         }
         const encoder = device.createCommandEncoder({ label: job.what });
@@ -288,30 +274,24 @@ export async function runPasses(
         }
         for (const c of job.copiesOut) copy(encoder, c);
         extra(job.after);
-        let at = 0;
-        for (const r of reads) {
-          copy(encoder, {
-            source: r.buffer,
-            sourceOffset: r.offset,
-            target: staging!,
-            targetOffset: at,
-            bytes: r.bytes,
-          });
-          at += r.bytes;
-        }
-        if (staging !== null && querySet !== undefined && resolve !== undefined) {
+        const staged: StagedReads | null = reads.length > 0
+          ? stageReads((l, b, u) => set.make(l, b, u), encoder, reads, job.what)
+          : null;
+        if (stamps !== null && querySet !== undefined && resolve !== undefined) {
           encoder.resolveQuerySet(querySet, 0, nQueries, resolve, 0);
-          encoder.copyBufferToBuffer(resolve, 0, staging, tsOffset, nQueries * 8);
+          encoder.copyBufferToBuffer(resolve, 0, stamps, 0, nQueries * 8);
         }
         device.queue.submit([encoder.finish()]);
-        return staging;
+        return { staged, stamps };
       },
     );
     // On the device the results wait for the next call or read: queue order keeps them valid.
-    if (staging === null) return { arrays: [] };
+    if ((staged === null || staged.pieces === 0) && stamps === null) {
+      return { arrays: staged?.copyOut() ?? [] };
+    }
     try {
       countSync();
-      await staging.mapAsync(GPUMapMode.READ, 0, stagingBytes);
+      await Promise.all([staged?.map(), stamps?.mapAsync(GPUMapMode.READ, 0, nQueries * 8)]);
     } catch (error) {
       ctx.assertAlive(job.what);
       throw new GpuError(
@@ -323,16 +303,11 @@ export async function runPasses(
     }
     // A device lost after the submit may have left the results unwritten: never return them.
     ctx.assertAlive(job.what);
-    const mapped = staging.getMappedRange(0, stagingBytes);
-    let at = 0;
-    const arrays = reads.map((r) => {
-      const a = new Float32Array(mapped, at, r.bytes / Float32Array.BYTES_PER_ELEMENT).slice();
-      at += r.bytes;
-      return a;
-    });
+    const arrays = staged?.copyOut() ?? [];
     let stageNs: number[] | undefined;
-    if (timed) {
-      const ticks = new BigUint64Array(mapped.slice(tsOffset, tsOffset + nQueries * 8));
+    if (stamps !== null) {
+      const ticks = new BigUint64Array(stamps.getMappedRange(0, nQueries * 8).slice(0));
+      stamps.unmap();
       // a stage's time in one repeat is the sum of its passes (one per slice when sliced)
       stageNs = stages.map((_, stageIndex) => {
         const all = Array.from(
@@ -347,7 +322,6 @@ export async function runPasses(
         return all[all.length >> 1];
       });
     }
-    staging.unmap();
     return stageNs === undefined
       ? { arrays }
       : { arrays, stageNs, stages: stages.map((s) => s.entry) };

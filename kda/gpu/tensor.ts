@@ -7,6 +7,7 @@ import { getContext, type GpuContext, GpuError } from "./device.ts";
 import { BufferSet, createBuffer, destroyBuffer, recycleBuffer, upload } from "./buffers.ts";
 import { typeName } from "../../base/check.ts";
 import { bytesOf } from "./layout.ts";
+import { stageReads } from "./readback.ts";
 
 let syncs = 0;
 
@@ -136,21 +137,24 @@ export class DeviceTensor implements GpuTensor {
     const source = this.buffer;
     const ctx = this.#ctx;
     const bytes = bytesOf(this.size, "f32");
-    const staging = createBuffer(
-      ctx.device,
-      "DeviceTensor.read staging",
-      bytes,
-      GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-    );
+    const stagings: GPUBuffer[] = [];
+    const make = (label: string, size: number, usage: number) => {
+      const buffer = createBuffer(ctx.device, label, size, usage);
+      stagings.push(buffer);
+      return buffer;
+    };
     try {
-      await ctx.scoped("DeviceTensor.read", () => {
+      const staged = await ctx.scoped("DeviceTensor.read", () => {
         const encoder = ctx.device.createCommandEncoder({ label: "DeviceTensor.read" });
-        encoder.copyBufferToBuffer(source, 0, staging, 0, Math.max(4, bytes));
+        // an empty tensor still reads a word: the call waits for the queue like any other read
+        const read = { buffer: source, offset: 0, bytes: Math.max(4, bytes) };
+        const staged = stageReads(make, encoder, [read], "DeviceTensor.read");
         ctx.device.queue.submit([encoder.finish()]);
+        return staged;
       });
       countSync();
       try {
-        await staging.mapAsync(GPUMapMode.READ, 0, Math.max(16, bytes));
+        await staged.map();
       } catch (error) {
         ctx.assertAlive("DeviceTensor.read");
         throw new GpuError(
@@ -162,11 +166,10 @@ export class DeviceTensor implements GpuTensor {
       }
       // a device lost after the submit may have left the copy unwritten: never return it
       ctx.assertAlive("DeviceTensor.read");
-      const out = new Float32Array(staging.getMappedRange(0, bytes).slice(0));
-      staging.unmap();
-      return out;
+      const out = staged.copyOut()[0];
+      return bytes === 0 ? new Float32Array(0) : out;
     } finally {
-      destroyBuffer(staging);
+      for (const staging of stagings) destroyBuffer(staging);
     }
   }
 

@@ -1,0 +1,164 @@
+// Reading GPU buffers back to the host in staging pieces of at most READ_PIECE_BYTES each.
+//
+// Why pieces: Deno's getMappedRange copies the mapped range into a new host allocation that lives
+// until the buffer is unmapped. One staging buffer as large as the whole read therefore gets one
+// fresh allocation of that size, and every page of it faults on first touch. When the pieces are
+// small enough for the allocator to reuse its memory, the allocation freed by one piece's unmap is
+// reused by the next piece. On the H200's host a 1 GiB readback took 1.86 s in one piece and 0.93 s
+// in pieces of 8 MiB (bench/results/ANALYSIS.md, thirteenth pass). Every piece is mapped at once,
+// so the pieces pay one of Deno's map waits, not one each.
+
+/** A piece of a buffer to read back to the host as f32 elements. */
+export interface ReadPiece {
+  /** The buffer. */
+  buffer: GPUBuffer;
+  /** Byte offset in it. */
+  offset: number;
+  /** Bytes (a multiple of 4). */
+  bytes: number;
+}
+
+/**
+ * Bytes of one staging piece: under the 32 MiB up to which glibc's allocator serves (and reuses)
+ * allocations from its heap instead of fresh mappings.
+ */
+export const READ_PIECE_BYTES = 8 * 2 ** 20;
+
+/** Makes a staging buffer (a BufferSet's `make`, or one the caller destroys itself). */
+export type MakeStaging = (label: string, bytes: number, usage: number) => GPUBuffer;
+
+/** One part of a read in a staging piece, in bytes. */
+export interface ReadPart {
+  /** The read's index. */
+  read: number;
+  /** Where the part starts in the piece. */
+  at: number;
+  /** Where it starts in the read. */
+  from: number;
+  /** Its length. */
+  bytes: number;
+}
+
+/** One staging piece and the parts of the reads it holds. */
+interface Piece {
+  buffer: GPUBuffer;
+  bytes: number;
+  parts: ReadPart[];
+}
+
+/**
+ * The parts of each staging piece for reads of these sizes: the reads laid end to end and cut
+ * every READ_PIECE_BYTES (a read may span pieces, a piece may hold parts of several reads).
+ *
+ * @param sizes The reads' sizes in bytes, in order.
+ * @returns Each piece's parts.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { pieceLayout, READ_PIECE_BYTES } from "./readback.ts";
+ * const pieces = pieceLayout([READ_PIECE_BYTES + 8, 4]);
+ * assert.equal(pieces.length, 2);
+ * assert.deepEqual(pieces[1], [
+ *   { read: 0, at: 0, from: READ_PIECE_BYTES, bytes: 8 },
+ *   { read: 1, at: 8, from: 0, bytes: 4 },
+ * ]);
+ * ```
+ */
+export function pieceLayout(sizes: readonly number[]): ReadPart[][] {
+  const pieces: ReadPart[][] = [];
+  let filled = READ_PIECE_BYTES;
+  sizes.forEach((size, read) => {
+    for (let from = 0; from < size;) {
+      if (filled === READ_PIECE_BYTES) {
+        pieces.push([]);
+        filled = 0;
+      }
+      const bytes = Math.min(size - from, READ_PIECE_BYTES - filled);
+      pieces[pieces.length - 1].push({ read, at: filled, from, bytes });
+      filled += bytes;
+      from += bytes;
+    }
+  });
+  return pieces;
+}
+
+/** Reads staged for one submit: the copies into the pieces are encoded, the maps not yet asked. */
+export interface StagedReads {
+  /** Staging pieces. */
+  readonly pieces: number;
+  /** Maps every piece at once (after the submit that holds the copies). */
+  map(): Promise<void>;
+  /**
+   * Copies the mapped pieces into one Float32Array per read, piece by piece, unmapping each as
+   * soon as it is copied out (which frees Deno's copy of it for the next).
+   */
+  copyOut(): Float32Array[];
+}
+
+/**
+ * Encodes the copies of `reads` into staging pieces of at most READ_PIECE_BYTES (pieceLayout);
+ * map them after the submit.
+ *
+ * @param make Makes each staging buffer (the caller destroys them).
+ * @param encoder The encoder of the submit whose results are read.
+ * @param reads What to read, in order.
+ * @param label A label for the staging buffers.
+ * @returns The staged reads.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { getContext } from "./device.ts";
+ * import { stageReads } from "./readback.ts";
+ * const { device } = await getContext();
+ * const usage = GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+ * const source = device.createBuffer({ size: 16, usage });
+ * device.queue.writeBuffer(source, 0, new Float32Array([1, 2, 3, 4]));
+ * const made: GPUBuffer[] = [];
+ * const make = (label: string, size: number, usage: number) => {
+ *   made.push(device.createBuffer({ label, size, usage }));
+ *   return made[made.length - 1];
+ * };
+ * const encoder = device.createCommandEncoder();
+ * const staged = stageReads(make, encoder, [{ buffer: source, offset: 4, bytes: 8 }], "example");
+ * device.queue.submit([encoder.finish()]);
+ * await staged.map();
+ * assert.deepEqual([...staged.copyOut()[0]], [2, 3]);
+ * for (const buffer of [source, ...made]) buffer.destroy();
+ * ```
+ */
+export function stageReads(
+  make: MakeStaging,
+  encoder: GPUCommandEncoder,
+  reads: readonly ReadPiece[],
+  label: string,
+): StagedReads {
+  const pieces: Piece[] = pieceLayout(reads.map((r) => r.bytes)).map((parts) => {
+    const bytes = parts.reduce((n, p) => n + p.bytes, 0);
+    const buffer = make(
+      `${label} staging`,
+      bytes,
+      GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+    );
+    for (const { read, at, from, bytes } of parts) {
+      encoder.copyBufferToBuffer(reads[read].buffer, reads[read].offset + from, buffer, at, bytes);
+    }
+    return { buffer, bytes, parts };
+  });
+  return {
+    pieces: pieces.length,
+    async map() {
+      await Promise.all(pieces.map((p) => p.buffer.mapAsync(GPUMapMode.READ, 0, p.bytes)));
+    },
+    copyOut() {
+      const out = reads.map((r) => new Float32Array(r.bytes / Float32Array.BYTES_PER_ELEMENT));
+      for (const p of pieces) {
+        const mapped = p.buffer.getMappedRange(0, p.bytes);
+        for (const { read, at, from, bytes } of p.parts) {
+          out[read].set(new Float32Array(mapped, at, bytes / 4), from / 4);
+        }
+        p.buffer.unmap();
+      }
+      return out;
+    },
+  };
+}
