@@ -1,13 +1,14 @@
 // Host <-> device transfer rates through Deno's WebGPU, the ceiling of a call from typed arrays:
 // writeBuffer of large arrays (with the queue drained), and reading back through MAP_READ staging
 // buffers, in one piece or in chunks whose copies and maps overlap, and as the package reads
-// (kda/gpu/readback.ts: pieces small enough for the host allocator to reuse). Prints one JSON line
-// per case.
+// (kda/gpu/readback.ts: pieces small enough for the host allocator to reuse); then one
+// DeviceTensor.read() by size. Prints one JSON line per case.
 //
 // Run: deno run --allow-env --allow-read bench/transfer.ts [MB] (default 1024)
 
 import { getContext } from "../kda/gpu/device.ts";
 import { READ_PIECE_BYTES, stageReads } from "../kda/gpu/readback.ts";
+import { toGpu } from "../kda/gpu/tensor.ts";
 
 const MB = Number(Deno.args[0] ?? 1024);
 const ctx = await getContext();
@@ -92,3 +93,21 @@ await time("one mapAsync of a staging buffer reused (no copy on the GPU)", async
   s.destroy();
 }, 2);
 src.destroy();
+
+// One DeviceTensor.read() with the GPU idle, by size: Deno's map (its fixed sleep) and the copy
+// out, what a chained step's one read adds to the chain (seven reads, median).
+for (const floats of [1024, 262144, 524288, 1048576, 4194304]) {
+  const t = await toGpu(new Float32Array(floats).fill(1), [floats]);
+  await t.read();
+  const ms: number[] = [];
+  for (let i = 0; i < 7; i++) {
+    const t0 = performance.now();
+    await t.read();
+    ms.push(performance.now() - t0);
+  }
+  ms.sort((a, b) => a - b);
+  console.log(
+    JSON.stringify({ label: "DeviceTensor.read, GPU idle", MB: (floats * 4) / 2 ** 20, ms: ms[3] }),
+  );
+  t.release();
+}
