@@ -7,7 +7,7 @@
 // Run: deno run --allow-env --allow-read bench/transfer.ts [MB] (default 1024)
 
 import { getContext } from "../kda/gpu/device.ts";
-import { READ_PIECE_BYTES, stageReads } from "../kda/gpu/readback.ts";
+import { ownStaging, READ_PIECE_BYTES, stageReads } from "../kda/gpu/readback.ts";
 import { toGpu } from "../kda/gpu/tensor.ts";
 
 const MB = Number(Deno.args[0] ?? 1024);
@@ -66,14 +66,10 @@ for (const chunks of [1, 4, 16]) {
 await time(
   `readback as the package does it (stageReads: pieces of ${READ_PIECE_BYTES / 2 ** 20} MiB)`,
   async () => {
-    const made: GPUBuffer[] = [];
+    const staging = ownStaging(device);
     const encoder = device.createCommandEncoder();
     const staged = stageReads(
-      (label, size, usage) => {
-        const b = device.createBuffer({ label, size, usage });
-        made.push(b);
-        return b;
-      },
+      staging.make,
       encoder,
       [{ buffer: src, offset: 0, bytes }],
       "transfer",
@@ -81,7 +77,7 @@ await time(
     device.queue.submit([encoder.finish()]);
     await staged.map();
     const [out] = staged.copyOut();
-    for (const b of made) b.destroy();
+    staging.destroy();
     if (out[12345] !== 12345) throw new Error("readback mismatch");
   },
 );

@@ -4,7 +4,7 @@
 // DeviceTensor larger than several pieces reads back its exact elements.
 
 import assert from "node:assert/strict";
-import { pieceLayout, READ_PIECE_BYTES, stageReads } from "../kda/gpu/readback.ts";
+import { ownStaging, pieceLayout, READ_PIECE_BYTES, stageReads } from "../kda/gpu/readback.ts";
 import { getContext } from "../kda/gpu/device.ts";
 import { toGpu } from "../kda/gpu/tensor.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
@@ -68,15 +68,12 @@ gpuTest("stageReads returns what the buffers hold, across and within pieces", as
     { b: 1, offset: 40, bytes: 0 },
     { b: 0, offset: P, bytes: 4000 },
   ];
-  const made: GPUBuffer[] = [];
+  let made = 0;
+  const staging = ownStaging(device);
   try {
     const encoder = device.createCommandEncoder();
     const staged = stageReads(
-      (label, size, usage) => {
-        const buffer = device.createBuffer({ label, size, usage });
-        made.push(buffer);
-        return buffer;
-      },
+      (label, size, usage) => (made++, staging.make(label, size, usage)),
       encoder,
       reads.map((r) => ({ buffer: buffers[r.b].buffer, offset: r.offset, bytes: r.bytes })),
       "test",
@@ -84,7 +81,7 @@ gpuTest("stageReads returns what the buffers hold, across and within pieces", as
     device.queue.submit([encoder.finish()]);
     const total = reads.reduce((n, r) => n + r.bytes, 0);
     assert.equal(staged.pieces, Math.ceil(total / P));
-    assert.equal(made.length, staged.pieces);
+    assert.equal(made, staged.pieces);
     await staged.map();
     const out = staged.copyOut();
     assert.equal(out.length, reads.length);
@@ -96,7 +93,8 @@ gpuTest("stageReads returns what the buffers hold, across and within pieces", as
       assert.equal(bad, -1, `read ${i}: word ${bad} is ${got[bad]}, expected ${want[bad]}`);
     });
   } finally {
-    for (const b of [...made, ...buffers.map((x) => x.buffer)]) b.destroy();
+    staging.destroy();
+    for (const b of buffers) b.buffer.destroy();
   }
 });
 

@@ -8,6 +8,8 @@
 // in pieces of 8 MiB (bench/results/ANALYSIS.md, thirteenth pass). Every piece is mapped at once,
 // so the pieces pay one of Deno's map waits, not one each.
 
+import { createBuffer, destroyBuffer } from "./buffers.ts";
+
 /** A piece of a buffer to read back to the host as f32 elements. */
 export interface ReadPiece {
   /** The buffer. */
@@ -26,6 +28,40 @@ export const READ_PIECE_BYTES = 8 * 2 ** 20;
 
 /** Makes a staging buffer (a BufferSet's `make`, or one the caller destroys itself). */
 export type MakeStaging = (label: string, bytes: number, usage: number) => GPUBuffer;
+
+/**
+ * Staging buffers for a readback whose caller destroys them itself: `make` for stageReads and
+ * `destroy` once the read is done (both counted, as every buffer of the package).
+ *
+ * @param device The device.
+ * @returns The maker and the destroyer of its buffers.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { getContext } from "./device.ts";
+ * import { gpuLiveBuffers } from "./buffers.ts";
+ * import { ownStaging } from "./readback.ts";
+ * const { device } = await getContext();
+ * const before = gpuLiveBuffers();
+ * const staging = ownStaging(device);
+ * staging.make("example", 64, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
+ * staging.destroy();
+ * assert.equal(gpuLiveBuffers(), before);
+ * ```
+ */
+export function ownStaging(device: GPUDevice): { make: MakeStaging; destroy(): void } {
+  const made: GPUBuffer[] = [];
+  return {
+    make: (label, bytes, usage) => {
+      const buffer = createBuffer(device, label, bytes, usage);
+      made.push(buffer);
+      return buffer;
+    },
+    destroy: () => {
+      for (const buffer of made.splice(0)) destroyBuffer(buffer);
+    },
+  };
+}
 
 /** One part of a read in a staging piece, in bytes. */
 export interface ReadPart {
@@ -108,22 +144,20 @@ export interface StagedReads {
  * ```ts
  * import assert from "node:assert/strict";
  * import { getContext } from "./device.ts";
- * import { stageReads } from "./readback.ts";
+ * import { ownStaging, stageReads } from "./readback.ts";
  * const { device } = await getContext();
  * const usage = GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
  * const source = device.createBuffer({ size: 16, usage });
  * device.queue.writeBuffer(source, 0, new Float32Array([1, 2, 3, 4]));
- * const made: GPUBuffer[] = [];
- * const make = (label: string, size: number, usage: number) => {
- *   made.push(device.createBuffer({ label, size, usage }));
- *   return made[made.length - 1];
- * };
+ * const staging = ownStaging(device);
  * const encoder = device.createCommandEncoder();
- * const staged = stageReads(make, encoder, [{ buffer: source, offset: 4, bytes: 8 }], "example");
+ * const read = { buffer: source, offset: 4, bytes: 8 };
+ * const staged = stageReads(staging.make, encoder, [read], "example");
  * device.queue.submit([encoder.finish()]);
  * await staged.map();
  * assert.deepEqual([...staged.copyOut()[0]], [2, 3]);
- * for (const buffer of [source, ...made]) buffer.destroy();
+ * staging.destroy();
+ * source.destroy();
  * ```
  */
 export function stageReads(

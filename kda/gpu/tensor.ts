@@ -4,10 +4,10 @@
 // tensor back is that sync, and the package counts every one it makes (gpuSyncs).
 
 import { getContext, type GpuContext, GpuError } from "./device.ts";
-import { BufferSet, createBuffer, destroyBuffer, recycleBuffer, upload } from "./buffers.ts";
+import { BufferSet, recycleBuffer, upload } from "./buffers.ts";
 import { typeName } from "../../base/check.ts";
 import { bytesOf } from "./layout.ts";
-import { stageReads } from "./readback.ts";
+import { ownStaging, stageReads } from "./readback.ts";
 
 let syncs = 0;
 
@@ -137,18 +137,13 @@ export class DeviceTensor implements GpuTensor {
     const source = this.buffer;
     const ctx = this.#ctx;
     const bytes = bytesOf(this.size, "f32");
-    const stagings: GPUBuffer[] = [];
-    const make = (label: string, size: number, usage: number) => {
-      const buffer = createBuffer(ctx.device, label, size, usage);
-      stagings.push(buffer);
-      return buffer;
-    };
+    const staging = ownStaging(ctx.device);
     try {
       const staged = await ctx.scoped("DeviceTensor.read", () => {
         const encoder = ctx.device.createCommandEncoder({ label: "DeviceTensor.read" });
         // an empty tensor still reads a word: the call waits for the queue like any other read
         const read = { buffer: source, offset: 0, bytes: Math.max(4, bytes) };
-        const staged = stageReads(make, encoder, [read], "DeviceTensor.read");
+        const staged = stageReads(staging.make, encoder, [read], "DeviceTensor.read");
         ctx.device.queue.submit([encoder.finish()]);
         return staged;
       });
@@ -169,7 +164,7 @@ export class DeviceTensor implements GpuTensor {
       const out = staged.copyOut()[0];
       return bytes === 0 ? new Float32Array(0) : out;
     } finally {
-      for (const staging of stagings) destroyBuffer(staging);
+      staging.destroy();
     }
   }
 
