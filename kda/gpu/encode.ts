@@ -168,9 +168,9 @@ function copy(encoder: GPUCommandEncoder, c: BufferCopy): void {
 
 /**
  * Encodes the job (glue, copies in, the set's stages one pass each, copies out, glue), submits it
- * with the copy of what to read into one staging buffer, and reads that back once; with `timing`
- * on a device with timestamp queries, also each stage's GPU time. Buffers it creates go to `set`
- * (the caller destroys them).
+ * with the copies of what to read into staging pieces (readback.ts), and reads those back with one
+ * wait; with `timing` on a device with timestamp queries, also each stage's GPU time. Buffers it
+ * creates go to `set` (the caller destroys them).
  *
  * @param ctx The device context.
  * @param set The call's buffers.
