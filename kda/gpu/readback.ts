@@ -21,8 +21,9 @@ export interface ReadPiece {
 }
 
 /**
- * Bytes of one staging piece: under the 32 MiB up to which glibc's allocator serves (and reuses)
- * allocations from its heap instead of fresh mappings.
+ * Bytes of one staging piece. On the H200's host, pieces of 2 to 16 MiB read at the same rate and
+ * pieces of 32 MiB or more at half of it (bench/readback_pieces.ts), which fits glibc's allocator:
+ * once an allocation of a size has been freed it serves that size from its heap, up to 32 MiB.
  */
 export const READ_PIECE_BYTES = 8 * 2 ** 20;
 
