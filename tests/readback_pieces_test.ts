@@ -68,12 +68,16 @@ gpuTest("stageReads returns what the buffers hold, across and within pieces", as
     { b: 1, offset: 40, bytes: 0 },
     { b: 0, offset: P, bytes: 4000 },
   ];
-  let made = 0;
+  const made: GPUBuffer[] = [];
   const staging = ownStaging(device);
+  const make = (label: string, size: number, usage: number) => {
+    made.push(staging.make(label, size, usage));
+    return made[made.length - 1];
+  };
   try {
     const encoder = device.createCommandEncoder();
     const staged = stageReads(
-      (label, size, usage) => (made++, staging.make(label, size, usage)),
+      make,
       encoder,
       reads.map((r) => ({ buffer: buffers[r.b].buffer, offset: r.offset, bytes: r.bytes })),
       "test",
@@ -81,7 +85,7 @@ gpuTest("stageReads returns what the buffers hold, across and within pieces", as
     device.queue.submit([encoder.finish()]);
     const total = reads.reduce((n, r) => n + r.bytes, 0);
     assert.equal(staged.pieces, Math.ceil(total / P));
-    assert.equal(made, staged.pieces);
+    assert.equal(made.length, staged.pieces);
     await staged.map();
     const out = staged.copyOut();
     assert.equal(out.length, reads.length);
@@ -92,6 +96,22 @@ gpuTest("stageReads returns what the buffers hold, across and within pieces", as
       const bad = got.findIndex((w, j) => w !== want[j]);
       assert.equal(bad, -1, `read ${i}: word ${bad} is ${got[bad]}, expected ${want[bad]}`);
     });
+    // every piece is unmapped once copied out (a staging buffer goes back to the pool unmapped)
+    assert.deepEqual(made.map((b) => b.mapState), made.map(() => "unmapped"));
+    // and unmapAll leaves none mapped when the copy-out never ran (a failure after the map)
+    made.length = 0;
+    const again = device.createCommandEncoder();
+    const left = stageReads(
+      make,
+      again,
+      [{ buffer: buffers[2].buffer, offset: 0, bytes: P + 8 }],
+      "test",
+    );
+    device.queue.submit([again.finish()]);
+    await left.map();
+    assert.deepEqual(made.map((b) => b.mapState), ["mapped", "mapped"]);
+    left.unmapAll();
+    assert.deepEqual(made.map((b) => b.mapState), ["unmapped", "unmapped"]);
   } finally {
     staging.destroy();
     for (const b of buffers) b.buffer.destroy();

@@ -13,7 +13,7 @@ import { GpuError } from "./device.ts";
 import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
 import { countSync } from "./tensor.ts";
 import { RANGE_BYTES } from "./layout.ts";
-import { type ReadPiece, type StagedReads, stageReads } from "./readback.ts";
+import { type ReadPiece, type StagedReads, stageReads, unmapStaging } from "./readback.ts";
 import type { DirectionDecl, Plan, StageDecl } from "./kernel_set.ts";
 
 /** One buffer-to-buffer copy on the GPU, in bytes. */
@@ -216,15 +216,17 @@ export async function runPasses(
   const nQueries = Math.max(1, 2 * nPasses * repeat);
   const reads = readData ? job.reads : [];
   let querySet: GPUQuerySet | undefined;
+  let staged: StagedReads | null = null;
+  let stamps: GPUBuffer | null = null;
   try {
-    const { staged, stamps } = await ctx.scoped(
+    ({ staged, stamps } = await ctx.scoped(
       `${job.what} (encoding ${stages.map((s) => s.entry).join(" -> ")})`,
       () => {
         // every pipeline's layout has group 1 (the header declares the range), scans or not
         const rangeGroup = makeRanges(ctx, set, uniforms);
         // the resolved timestamps go through a staging buffer of their own
         let resolve: GPUBuffer | undefined;
-        let stamps: GPUBuffer | null = null;
+        let stampBuffer: GPUBuffer | null = null;
         if (timed) {
           querySet = device.createQuerySet({ type: "timestamp", count: nQueries });
           resolve = set.make(
@@ -232,7 +234,7 @@ export async function runPasses(
             nQueries * 8,
             GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC,
           );
-          stamps = set.make(
+          stampBuffer = set.make(
             `${job.what} timestamps staging`,
             nQueries * 8,
             GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
@@ -274,17 +276,17 @@ export async function runPasses(
         }
         for (const c of job.copiesOut) copy(encoder, c);
         extra(job.after);
-        const staged: StagedReads | null = reads.length > 0
+        const stagedReads: StagedReads | null = reads.length > 0
           ? stageReads((l, b, u) => set.make(l, b, u), encoder, reads, job.what)
           : null;
-        if (stamps !== null && querySet !== undefined && resolve !== undefined) {
+        if (stampBuffer !== null && querySet !== undefined && resolve !== undefined) {
           encoder.resolveQuerySet(querySet, 0, nQueries, resolve, 0);
-          encoder.copyBufferToBuffer(resolve, 0, stamps, 0, nQueries * 8);
+          encoder.copyBufferToBuffer(resolve, 0, stampBuffer, 0, nQueries * 8);
         }
         device.queue.submit([encoder.finish()]);
-        return { staged, stamps };
+        return { staged: stagedReads, stamps: stampBuffer };
       },
-    );
+    ));
     // On the device the results wait for the next call or read: queue order keeps them valid.
     if ((staged === null || staged.pieces === 0) && stamps === null) {
       return { arrays: staged?.copyOut() ?? [] };
@@ -327,5 +329,8 @@ export async function runPasses(
       : { arrays, stageNs, stages: stages.map((s) => s.entry) };
   } finally {
     querySet?.destroy();
+    // the staging buffers go back to the pool with the set: never mapped, whatever failed
+    staged?.unmapAll();
+    if (stamps !== null) unmapStaging([stamps]);
   }
 }

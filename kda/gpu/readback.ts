@@ -130,6 +130,11 @@ export interface StagedReads {
    * soon as it is copied out (which frees Deno's copy of it for the next).
    */
   copyOut(): Float32Array[];
+  /**
+   * Unmaps every piece still mapped or being mapped (after a failure), so that no staging buffer
+   * goes back to the pool mapped.
+   */
+  unmapAll(): void;
 }
 
 /**
@@ -195,5 +200,38 @@ export function stageReads(
       }
       return out;
     },
+    unmapAll() {
+      unmapStaging(pieces.map((p) => p.buffer));
+    },
   };
+}
+
+/**
+ * Unmaps the buffers that are mapped or being mapped (a pending map is then rejected).
+ *
+ * @param buffers Staging buffers.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { getContext } from "./device.ts";
+ * import { unmapStaging } from "./readback.ts";
+ * const { device } = await getContext();
+ * const usage = GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST;
+ * const buffer = device.createBuffer({ size: 16, usage });
+ * await buffer.mapAsync(GPUMapMode.READ);
+ * unmapStaging([buffer]);
+ * assert.equal(buffer.mapState, "unmapped");
+ * buffer.destroy();
+ * ```
+ */
+export function unmapStaging(buffers: readonly GPUBuffer[]): void {
+  for (const buffer of buffers) {
+    if (buffer.mapState === "unmapped") continue;
+    try {
+      buffer.unmap();
+    } catch {
+      // a cleanup after a failure (a lost device's buffer may refuse): the caller's error is the
+      // one that reports it, and a lost device's buffers leave the pool anyway
+    }
+  }
 }
