@@ -13,7 +13,7 @@ import { GpuError } from "./device.ts";
 import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
 import { countSync } from "./tensor.ts";
 import { RANGE_BYTES } from "./layout.ts";
-import { type ReadPiece, type StagedReads, stageReads, unmapStaging } from "./readback.ts";
+import { type ReadPiece, type StagedReads, stageReads } from "./readback.ts";
 import type { DirectionDecl, Plan, StageDecl } from "./kernel_set.ts";
 
 /** One buffer-to-buffer copy on the GPU, in bytes. */
@@ -217,27 +217,19 @@ export async function runPasses(
   const reads = readData ? job.reads : [];
   let querySet: GPUQuerySet | undefined;
   let staged: StagedReads | null = null;
-  let stamps: GPUBuffer | null = null;
   try {
-    ({ staged, stamps } = await ctx.scoped(
+    staged = await ctx.scoped(
       `${job.what} (encoding ${stages.map((s) => s.entry).join(" -> ")})`,
       () => {
         // every pipeline's layout has group 1 (the header declares the range), scans or not
         const rangeGroup = makeRanges(ctx, set, uniforms);
-        // the resolved timestamps go through a staging buffer of their own
         let resolve: GPUBuffer | undefined;
-        let stampBuffer: GPUBuffer | null = null;
         if (timed) {
           querySet = device.createQuerySet({ type: "timestamp", count: nQueries });
           resolve = set.make(
             `${job.what} timestamps`,
             nQueries * 8,
             GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC,
-          );
-          stampBuffer = set.make(
-            `${job.what} timestamps staging`,
-            nQueries * 8,
-            GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
           );
         }
         const encoder = device.createCommandEncoder({ label: job.what });
@@ -276,24 +268,22 @@ export async function runPasses(
         }
         for (const c of job.copiesOut) copy(encoder, c);
         extra(job.after);
-        const stagedReads: StagedReads | null = reads.length > 0
-          ? stageReads((l, b, u) => set.make(l, b, u), encoder, reads, job.what)
-          : null;
-        if (stampBuffer !== null && querySet !== undefined && resolve !== undefined) {
+        // the resolved timestamps are read back after the data, as one more read
+        const all = [...reads];
+        if (querySet !== undefined && resolve !== undefined) {
           encoder.resolveQuerySet(querySet, 0, nQueries, resolve, 0);
-          encoder.copyBufferToBuffer(resolve, 0, stampBuffer, 0, nQueries * 8);
+          all.push({ buffer: resolve, offset: 0, bytes: nQueries * 8 });
         }
+        const staged = stageReads((l, b, u) => set.make(l, b, u), encoder, all, job.what);
         device.queue.submit([encoder.finish()]);
-        return { staged: stagedReads, stamps: stampBuffer };
+        return staged;
       },
-    ));
+    );
     // On the device the results wait for the next call or read: queue order keeps them valid.
-    if ((staged === null || staged.pieces === 0) && stamps === null) {
-      return { arrays: staged?.copyOut() ?? [] };
-    }
+    if (staged.pieces === 0) return { arrays: staged.copyOut() };
     try {
       countSync();
-      await Promise.all([staged?.map(), stamps?.mapAsync(GPUMapMode.READ, 0, nQueries * 8)]);
+      await staged.map();
     } catch (error) {
       ctx.assertAlive(job.what);
       throw new GpuError(
@@ -305,11 +295,12 @@ export async function runPasses(
     }
     // A device lost after the submit may have left the results unwritten: never return them.
     ctx.assertAlive(job.what);
-    const arrays = staged?.copyOut() ?? [];
+    const arrays = staged.copyOut();
     let stageNs: number[] | undefined;
-    if (stamps !== null) {
-      const ticks = new BigUint64Array(stamps.getMappedRange(0, nQueries * 8).slice(0));
-      stamps.unmap();
+    if (querySet !== undefined) {
+      // the ticks' bytes, copied exactly (a Float32Array set from one copies its bytes)
+      const stamps = arrays.pop()!;
+      const ticks = new BigUint64Array(stamps.buffer, stamps.byteOffset, nQueries);
       // a stage's time in one repeat is the sum of its passes (one per slice when sliced)
       stageNs = stages.map((_, stageIndex) => {
         const all = Array.from(
@@ -331,6 +322,5 @@ export async function runPasses(
     querySet?.destroy();
     // the staging buffers go back to the pool with the set: never mapped, whatever failed
     staged?.unmapAll();
-    if (stamps !== null) unmapStaging([stamps]);
   }
 }

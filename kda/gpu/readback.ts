@@ -206,25 +206,8 @@ export function stageReads(
   };
 }
 
-/**
- * Unmaps the buffers that are mapped or being mapped (a pending map is then rejected).
- *
- * @param buffers Staging buffers.
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { getContext } from "./device.ts";
- * import { unmapStaging } from "./readback.ts";
- * const { device } = await getContext();
- * const usage = GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST;
- * const buffer = device.createBuffer({ size: 16, usage });
- * await buffer.mapAsync(GPUMapMode.READ);
- * unmapStaging([buffer]);
- * assert.equal(buffer.mapState, "unmapped");
- * buffer.destroy();
- * ```
- */
-export function unmapStaging(buffers: readonly GPUBuffer[]): void {
+// Unmaps the buffers that are mapped or being mapped (a pending map is then rejected).
+function unmapStaging(buffers: readonly GPUBuffer[]): void {
   for (const buffer of buffers) {
     if (buffer.mapState === "unmapped") continue;
     try {
