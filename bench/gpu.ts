@@ -4,7 +4,8 @@
 //     back to back in one submit and each stage's median is kept, after a warm-up that lets the
 //     GPU's clocks settle (single-submit times, with a readback between runs, are recorded too);
 //   - host wall-clock with the inputs already on the GPU (one submit + one readback), and end to
-//     end from typed arrays (gpuForward, gpuForward + gpuBackward: upload, run, read back);
+//     end from typed arrays (kda, kdaVjp as a user calls them: checked copies, upload, run, read
+//     back; the median after a first call, whose wall is kept too);
 //   - effective TFLOP/s (formula below) and GB/s against the bytes that must move.
 // Writes bench/results/<adapter-slug>-<YYYY-MM-DD>.json; bench/report.ts turns every results
 // file into bench/results/REPORT.md and the SVG charts.
@@ -19,14 +20,7 @@
 //   --only=steps     the GpuTensor-step walls and kernel times, no typed-array walls
 
 import type { ChunkSize, KdaProblem } from "../kda/_types.ts";
-import {
-  gpuBackward,
-  gpuForward,
-  gpuStatus,
-  gpuUnsupportedReason,
-  kernelSet,
-  kernelSetNames,
-} from "../kda/gpu/mod.ts";
+import { gpuStatus, gpuUnsupportedReason, kernelSet, kernelSetNames } from "../kda/gpu/mod.ts";
 import type { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
 import type { KernelSet } from "../kda/gpu/kernel_set.ts";
 import { makePlan } from "../kda/gpu/layout.ts";
@@ -228,8 +222,19 @@ async function timeRuns(
   runs: number,
   budgetMs: number,
   run: () => Promise<number[] | undefined>,
-): Promise<{ wallMs: number; stageMs: number[] | null; totalMinMs: number | null; runs: number }> {
-  await run(); // warm-up (pipelines, first allocations)
+): Promise<
+  {
+    wallMs: number;
+    firstMs: number;
+    stageMs: number[] | null;
+    totalMinMs: number | null;
+    runs: number;
+  }
+> {
+  // warm-up (pipelines, first allocations); its wall is kept as the first call's
+  const first = performance.now();
+  await run();
+  const firstMs = performance.now() - first;
   const walls: number[] = [];
   const stages: number[][] = [];
   const start = performance.now();
@@ -246,7 +251,7 @@ async function timeRuns(
   const totalMinMs = stages.length === 0
     ? null
     : Math.min(...stages.map((s) => s.reduce((a, b) => a + b, 0))) / 1e6;
-  return { wallMs: median(walls), stageMs, totalMinMs, runs: walls.length };
+  return { wallMs: median(walls), firstMs, stageMs, totalMinMs, runs: walls.length };
 }
 
 /**
@@ -363,16 +368,16 @@ async function benchShape(
     const x = randomInputs(s, 1);
     const dout = new Float32Array(B * T * H * V).fill(0.01);
     // end to end from typed arrays (not with --only=kernels)
-    const none = { wallMs: NaN, stageMs: null, totalMinMs: null, runs: 0 };
+    const none = { wallMs: NaN, firstMs: NaN, stageMs: null, totalMinMs: null, runs: 0 };
     const skipTyped = KERNELS_ONLY || STEPS_ONLY;
+    // the public calls, as a user makes them (checked copies, upload, run, read back)
+    const typed = { arm: "gpu", strict: true, quiet: true, chunkSize: C, kernels } as const;
     const e2eFwd = skipTyped ? none : await timeRuns(runs, budgetMs, async () => {
-      await gpuForward(x, { chunkSize: C, kernels });
+      await kda(x, typed);
       return undefined;
     });
     const e2eBoth = skipTyped ? none : await timeRuns(runs, budgetMs, async () => {
-      const { saved } = await gpuForward(x, { chunkSize: C, kernels, saveForBackward: true });
-      await gpuBackward(saved!, { dout });
-      saved!.release();
+      await kdaVjp(x, { dout }, typed);
       return undefined;
     });
     // inputs resident: one submit + one readback per run, stages timed on the GPU; then the
@@ -430,7 +435,12 @@ async function benchShape(
       // kda / kdaVjp on GpuTensors, each followed by the one host sync a step pays (reading
       // ht, or dbeta): the host wall of a chained training step
       deviceMs: device,
-      endToEndMs: { forward: e2eFwd.wallMs, forwardBackward: e2eBoth.wallMs },
+      endToEndMs: {
+        forward: e2eFwd.wallMs,
+        forwardBackward: e2eBoth.wallMs,
+        firstForward: e2eFwd.firstMs,
+        firstForwardBackward: e2eBoth.firstMs,
+      },
       runs: { e2e: e2eFwd.runs, resident: fwd.runs },
       flops,
       tflops: {

@@ -75,6 +75,11 @@ class PlantedSeam extends Seam<KdaRequest> {
     this.#plant = plant;
   }
 
+  /** No call runs without a tape here: each goes through `run`, where the plant is. */
+  override vjp(): Promise<null> {
+    return Promise.resolve(null);
+  }
+
   #composite(): CompositeArm<KdaRequest> {
     return this.policy.arms.find((a) => a.kind === "composite") as CompositeArm<KdaRequest>;
   }

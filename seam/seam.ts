@@ -95,6 +95,20 @@ export interface FusedArm<R, S = unknown> extends ArmBase<R> {
   backward(saved: S, cotangents: readonly (Data | null)[]): MaybePromise<(Data | null)[]>;
   /** Frees what `saved` holds (device buffers); called once, when the tape is disposed or the output collected. */
   release?(saved: S): void;
+  /**
+   * The forward and the backward of one call run as one, for a caller that wants the inputs'
+   * cotangents alone (Seam.vjp): no output is handed out, nor brought back from where the arm
+   * computes. Its cotangents are the ones `backward` returns after `forward`, bit for bit.
+   *
+   * @param request The op's request.
+   * @param inputs The inputs' values, in the op's order (undefined for an absent optional input).
+   * @param cotangents The outputs' cotangents (null where none).
+   */
+  vjp?(
+    request: R,
+    inputs: readonly (Data | undefined)[],
+    cotangents: readonly (Data | null)[],
+  ): MaybePromise<(Data | null)[]>;
 }
 
 /** An arm that records the op on the tape from primitive ops, so the tape differentiates it. */
@@ -140,6 +154,22 @@ export interface DispatchOptions {
   strict?: boolean;
   /** No stderr warning for a decline (the decision is still recorded). */
   quiet?: boolean;
+}
+
+/** The arm chosen for a call, and what the choice must record. */
+interface Choice {
+  /** The arm the call wanted. */
+  wanted: string;
+  /** The arm that runs. */
+  ran: string;
+  /** Why it is not the one wanted (or why a wish was not honoured). */
+  reasons: string[];
+  /** No stderr warnings. */
+  quiet: boolean;
+  /** The environment variables that could not be read, in words. */
+  envNote: string | null;
+  /** The default rule's note, worth recording for this call. */
+  defaultNote?: string;
 }
 
 /** How many decisions a seam keeps; older ones are dropped (their count is kept in `index`). */
@@ -339,7 +369,8 @@ export class Seam<R> {
   }
 
   /**
-   * The arm a call runs, after the caller's wish, the environment and each arm's limits. A call
+   * The arm a call runs, after the caller's wish, the environment and each arm's limits (recording
+   * nothing but a pinned call's decline: the caller records the choice, see #note). A call
    * whose data is `pinned` to one arm's device runs there or nowhere: a binding wish for another
    * arm is refused, a forcing one recorded as not honoured, and a reason that arm cannot run the
    * call is a counted, recorded decline that is thrown.
@@ -350,9 +381,7 @@ export class Seam<R> {
     options: DispatchOptions,
     backward: boolean,
     pinned?: string,
-  ): Promise<
-    { wanted: string; ran: string; reasons: string[]; quiet: boolean; envNote: string | null }
-  > {
+  ): Promise<Choice> {
     const { env, op } = this.#policy;
     const explicit = options.arm === undefined
       ? undefined
@@ -446,8 +475,14 @@ export class Seam<R> {
       : `${unreadable.join(" and ")} could not be read (no env permission), so ${
         unreadable.length > 1 ? "neither is" : "it is not"
       } honoured`;
-    if (defaultNote !== null && arm === wanted) this.record(wanted, arm, defaultNote);
-    return { wanted, ran: arm, reasons, quiet, envNote };
+    return {
+      wanted,
+      ran: arm,
+      reasons,
+      quiet,
+      envNote,
+      ...(defaultNote !== null && arm === wanted ? { defaultNote } : {}),
+    };
   }
 
   /**
@@ -469,12 +504,15 @@ export class Seam<R> {
     const first = inputs.find((t) => t !== undefined);
     if (first === undefined) throw new RangeError("inputs must hold a tensor: got none");
     const dtype = first.dtype;
-    const { wanted, ran, reasons, quiet, envNote } = await this.#choose(
-      request,
-      dtype,
-      options,
-      tapeOf(inputs) !== undefined,
-    );
+    const choice = await this.#choose(request, dtype, options, tapeOf(inputs) !== undefined);
+    this.#note(choice);
+    const { wanted, ran } = choice;
+    return { outputs: await this.run(this.#arm(ran), inputs, request, wanted), arm: ran };
+  }
+
+  /** Counts a chosen call's decline, and records and warns of what its choice must tell. */
+  #note({ wanted, ran, reasons, quiet, envNote, defaultNote }: Choice): void {
+    if (defaultNote !== undefined) this.record(wanted, ran, defaultNote);
     const noted = envNote === null ? reasons : [...reasons, envNote];
     if (ran !== wanted) this.#counts.declined++;
     if (noted.length > 0) this.record(wanted, ran, noted.join("; "));
@@ -483,7 +521,53 @@ export class Seam<R> {
       // One line per process, whatever the calls: the decisions carry it for each call it touched.
       this.#say(quiet, "unreadable env", `${this.#policy.op}: ${envNote} (said once per process)`);
     }
-    return { outputs: await this.run(this.#arm(ran), inputs, request, wanted), arm: ran };
+  }
+
+  /**
+   * The inputs' cotangents of one call from its outputs' cotangents, for a caller that wants those
+   * alone, without a tape: the chosen fused arm's `vjp` runs the forward and the backward as one,
+   * and hands out no output. The arm is chosen as `dispatch` chooses one for a call with a
+   * backward. The call is counted as a fused node's forward and backward are (asked, fusedFwd and
+   * its variant, fusedBwd; not customNodeBwd, as no node is entered) and its declines are recorded
+   * and warned of as `dispatch` does.
+   *
+   * Where the chosen arm has no `vjp` (a composite arm, or a fused arm without one), nothing runs
+   * and nothing is counted or recorded: the result is null, and the caller records the call on a
+   * tape instead, where `dispatch` makes the same choice and counts it. A subclass that runs calls
+   * otherwise through {@linkcode Seam.run} should refuse this route (return null) too.
+   *
+   * @param request The op's request (dimensions and settings), validated by the caller.
+   * @param call The inputs' dtype, the inputs' values in the op's order (undefined for an absent
+   *   optional input), and the outputs' cotangents (null for none).
+   * @param options Arm, strictness and quietness.
+   * @returns The inputs' cotangents (null for none) and the arm that ran, or null (see above).
+   */
+  async vjp(
+    request: R,
+    call: {
+      dtype: ComputeDType;
+      inputs: readonly (Data | undefined)[];
+      cotangents: readonly (Data | null)[];
+    },
+    options: DispatchOptions = {},
+  ): Promise<{ grads: (Data | null)[]; arm: string } | null> {
+    let choice: Choice;
+    try {
+      choice = await this.#choose(request, call.dtype, options, true);
+    } catch (error) {
+      // a refused call is asked for, as in dispatch
+      this.#counts.asked++;
+      throw error;
+    }
+    const arm = this.#arm(choice.ran);
+    if (arm.kind !== "fused" || arm.vjp === undefined) return null;
+    this.#counts.asked++;
+    this.#note(choice);
+    const grads = await arm.vjp(request, call.inputs, call.cotangents);
+    this.#counts.fusedFwd++;
+    this.#countVariant(arm, request, choice.wanted);
+    this.#counts.fusedBwd++;
+    return { grads, arm: arm.name };
   }
 
   /**

@@ -20,6 +20,7 @@ import { bufferView, DeviceTensor, type GpuTensor, isGpuTensor, pinTensors } fro
 import { glueOf } from "./glue.ts";
 import { glueIn, glueOut, type Layout, layoutFor, scratchTensor, viewDims } from "./_call_view.ts";
 import type { ReadPiece } from "./readback.ts";
+import { type FreshArrays, freshArrays } from "./fresh_arrays.ts";
 import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
 import { chooseKernels } from "./kernels/mod.ts";
 import { typeName } from "../../base/check.ts";
@@ -40,6 +41,7 @@ export type GpuResult<A extends GpuArray> = A extends Float32Array ? Float32Arra
 class SavedCall implements GpuSaved {
   #offsets: BufferSet;
   #unpin: () => void;
+  #gradsInto: FreshArrays | undefined;
   constructor(
     readonly state: SavedState,
     readonly layout: Layout,
@@ -47,21 +49,48 @@ class SavedCall implements GpuSaved {
     unpin: () => void,
     /** What the in-kernel options' backward needs (its buffers are in `offsets`). */
     readonly inKernel?: InKernelSaved,
+    /** The host arrays of the first backward's gradients, being made since the forward began. */
+    gradsInto?: FreshArrays,
   ) {
     this.#offsets = offsets;
     this.#unpin = unpin;
+    this.#gradsInto = gradsInto;
   }
 
   get released(): boolean {
     return this.state.released;
   }
 
+  /** The gradients' host arrays the forward started, for the first backward that reads to typed arrays. */
+  takeGradsInto(): FreshArrays | undefined {
+    const into = this.#gradsInto;
+    this.#gradsInto = undefined;
+    return into;
+  }
+
   release(whenIdle = false): void {
+    this.#gradsInto?.cancel();
+    this.#gradsInto = undefined;
     if (this.state.released) return;
     this.state.release(whenIdle);
     this.#offsets.destroyAll(whenIdle);
     this.#unpin();
   }
+}
+
+/** The gradients a backward returns, in order, with their shapes. */
+function gradShapes(layout: Layout, gate: { aLog?: unknown; dtBias?: unknown } | null) {
+  const { B, T, H, HV, K, V, N } = layout;
+  return {
+    dq: [B, T, H, K],
+    dk: [B, T, H, K],
+    dv: [B, T, HV, V],
+    dg: [B, T, HV, K],
+    dbeta: [B, T, HV],
+    dh0: [N, HV, K, V],
+    ...(gate?.aLog ? { daLog: [HV] } : {}),
+    ...(gate?.dtBias ? { ddtBias: [HV * K] } : {}),
+  } as Record<"dq" | "dk" | "dv" | "dg" | "dbeta" | "dh0" | "daLog" | "ddtBias", number[]>;
 }
 
 function shapeText(dims: number[]): string {
@@ -211,6 +240,11 @@ function onDevice(
   return out;
 }
 
+/** Elements of a shape. */
+function sizeOf(shape: readonly number[]): number {
+  return shape.reduce((a, b) => a * b, 1);
+}
+
 /** Whole-buffer readbacks of results, in order. */
 function readsOf(tensors: GpuTensor[]): ReadPiece[] {
   return tensors.map((t) => ({
@@ -237,8 +271,11 @@ function setOf(kernels: string | undefined): KernelSet {
  * @param x The problem: q, k, g, v, beta and optional h0, all Float32Arrays or all GpuTensors, with
  *   optional grouped value heads `HV` and packed offsets `cuSeqlens` (docs/kda.md 2.5, 2.6).
  * @param options `chunkSize`; `kernels`, the set to run (default: the rule's choice);
- *   `saveForBackward` keeps what {@linkcode gpuBackward} needs on the GPU; `outputs: false` (on
- *   device tensors) returns no outputs, for a forward run only for its backward.
+ *   `saveForBackward` keeps what {@linkcode gpuBackward} needs on the GPU; `outputs: false` returns
+ *   no outputs (`o` and `ht` undefined; from typed arrays nothing is read back), for a forward run
+ *   only for its backward; `gradsToHost` (with `saveForBackward`) says the first backward will
+ *   read its gradients back to typed arrays, whose pages are then faulted in by worker threads
+ *   from now on, while this call uploads (kda/gpu/fresh_arrays.ts).
  * @returns `o` and `ht` (Float32Arrays owning their buffers, or DeviceTensors), and `saved` with
  *   `saveForBackward` (release it when no more backward calls will come).
  * @throws {TypeError} When an array is not of the call's kind.
@@ -261,7 +298,13 @@ function setOf(kernels: string | undefined): KernelSet {
  */
 export async function gpuForward<A extends GpuArray>(
   x: KdaProblem<A>,
-  options: { chunkSize: ChunkSize; kernels?: string; saveForBackward?: boolean; outputs?: boolean },
+  options: {
+    chunkSize: ChunkSize;
+    kernels?: string;
+    saveForBackward?: boolean;
+    outputs?: boolean;
+    gradsToHost?: boolean;
+  },
 ): Promise<{ o: GpuResult<A>; ht: GpuResult<A>; saved?: GpuSaved }> {
   // before the first await: the buffers the call computes on are those it was given, and the
   // caller's DeviceTensors stay the call's until its work is queued, whatever the caller releases
@@ -301,7 +344,12 @@ function held<T>(o: T, names: readonly string[]): T {
 async function forward<A extends GpuArray>(
   set: KernelSet,
   x: KdaProblem<A>,
-  options: { chunkSize: ChunkSize; saveForBackward?: boolean; outputs?: boolean },
+  options: {
+    chunkSize: ChunkSize;
+    saveForBackward?: boolean;
+    outputs?: boolean;
+    gradsToHost?: boolean;
+  },
   unpinSaved: () => void,
 ): Promise<{ o: GpuResult<A>; ht: GpuResult<A>; saved?: GpuSaved }> {
   const ctx = await getContext();
@@ -313,13 +361,13 @@ async function forward<A extends GpuArray>(
   const scratch = new BufferSet(ctx.device);
   const kept = new BufferSet(ctx.device);
   const { B, T, HV, K, V, N } = layout;
-  // a forward run only for its backward on device tensors keeps no outputs
+  // a forward run only for its backward keeps no outputs (and reads none back)
   const keepOutputs = options.outputs !== false;
   const inKernel = x.inKernel;
   // without the final state, ht stays in the set's own buffers: no copy, no readback
   const finalState = inKernel?.finalState ?? true;
   // and where the set computes o in stages of its own, it leaves them out (onlyOutputs)
-  const withO = keepOutputs || !device ||
+  const withO = keepOutputs ||
     !set.buffers.some((b) =>
       b.onlyForOutputs === true && Object.values(b.arrays ?? {}).includes("o")
     );
@@ -327,6 +375,14 @@ async function forward<A extends GpuArray>(
     ...(withO ? { o: [B, T, HV, V] } : {}),
     ...(finalState ? { ht: [N, HV, K, V] } : {}),
   } as Record<"o" | "ht", number[]>);
+  // typed arrays read back what they return: its arrays are made ready while the call uploads;
+  // likewise the gradients of the backward to come, when the caller says it will read them back
+  const into = device || !keepOutputs
+    ? undefined
+    : freshArrays(finalState ? [B * T * HV * V, N * HV * K * V] : [B * T * HV * V]);
+  const gradsInto = save && options.gradsToHost === true
+    ? freshArrays(Object.values(gradShapes(layout, inKernel?.gate ?? null)).map(sizeOf))
+    : undefined;
   try {
     const glue = await glueOf(ctx);
     const optionPasses = inKernel === undefined ? undefined : await inKernelPasses(ctx);
@@ -391,12 +447,21 @@ async function forward<A extends GpuArray>(
       const { arrays } = await job.run({
         before: made.input.passes,
         after: made.output.passes,
-        reads: device ? [] : readsOf(finalState ? [results.o, results.ht] : [results.o]),
+        reads: into === undefined
+          ? []
+          : readsOf(finalState ? [results.o, results.ht] : [results.o]),
+        ...(into !== undefined ? { into } : {}),
       });
       // a set that reads the inputs again in the backward keeps the DeviceTensors among them
       // until the handle is released
-      if (save) saved = new SavedCall(job.takeSaved(), layout, kept, unpinSaved, made.saved);
-      const [o, ht] = device ? [results.o, results.ht] : [arrays[0], arrays[1]];
+      if (save) {
+        saved = new SavedCall(job.takeSaved(), layout, kept, unpinSaved, made.saved, gradsInto);
+      }
+      const [o, ht] = !keepOutputs
+        ? [undefined, undefined]
+        : into === undefined
+        ? [results.o, results.ht]
+        : [arrays[0], arrays[1]];
       return { o: o as GpuResult<A>, ht: ht as GpuResult<A>, ...(saved ? { saved } : {}) };
     } finally {
       job.destroy(device);
@@ -404,8 +469,10 @@ async function forward<A extends GpuArray>(
   } catch (error) {
     releaseAll(results);
     kept.destroyAll();
+    gradsInto?.cancel();
     throw error;
   } finally {
+    into?.cancel();
     scratch.destroyAll(device);
     if (!save) kept.destroyAll(device);
   }
@@ -477,16 +544,13 @@ async function backward<A extends GpuArray>(
   const scratch = new BufferSet(ctx.device);
   // with the gate in the kernel, the gradients of its parameters that the forward had
   const gate = saved.inKernel?.inKernel.gate ?? null;
-  const results = allocate(ctx, scratch, device, {
-    dq: [B, T, H, K],
-    dk: [B, T, H, K],
-    dv: [B, T, HV, V],
-    dg: [B, T, HV, K],
-    dbeta: [B, T, HV],
-    dh0: [N, HV, K, V],
-    ...(gate?.aLog ? { daLog: [HV] } : {}),
-    ...(gate?.dtBias ? { ddtBias: [HV * K] } : {}),
-  } as Record<"dq" | "dk" | "dv" | "dg" | "dbeta" | "dh0" | "daLog" | "ddtBias", number[]>);
+  const shapes = gradShapes(layout, gate);
+  const results = allocate(ctx, scratch, device, shapes);
+  // typed arrays read the gradients back: into the arrays the forward started making, if it did
+  // (the first such backward on the handle), else arrays made while this call uploads
+  const started = saved.takeGradsInto();
+  if (device) started?.cancel();
+  const into = device ? undefined : started ?? freshArrays(Object.values(shapes).map(sizeOf));
   try {
     const glue = await glueOf(ctx);
     const optionPasses = saved.inKernel === undefined ? undefined : await inKernelPasses(ctx);
@@ -524,7 +588,8 @@ async function backward<A extends GpuArray>(
       const { arrays } = await job.run({
         before: made.input.passes,
         after: made.output.passes,
-        reads: device ? [] : readsOf(order.map((k) => results[k])),
+        reads: into === undefined ? [] : readsOf(order.map((k) => results[k])),
+        ...(into !== undefined ? { into } : {}),
       });
       const got = device ? order.map((k) => results[k]) : arrays;
       return Object.fromEntries(order.map((k, i) => [k, got[i]])) as unknown as
@@ -537,6 +602,7 @@ async function backward<A extends GpuArray>(
     releaseAll(results);
     throw error;
   } finally {
+    into?.cancel();
     scratch.destroyAll(device);
     saved.state.unacquire();
   }

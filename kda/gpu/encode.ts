@@ -14,6 +14,7 @@ import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
 import { countSync } from "./tensor.ts";
 import { RANGE_BYTES } from "./layout.ts";
 import { type ReadPiece, type StagedReads, stageReads } from "./readback.ts";
+import type { FreshArrays } from "./fresh_arrays.ts";
 import type { DirectionDecl, Plan, StageDecl } from "./kernel_set.ts";
 
 /** One buffer-to-buffer copy on the GPU, in bytes. */
@@ -62,6 +63,11 @@ export interface PassJob {
   after: readonly ExtraPass[];
   /** What to read back to the host, in order; empty: the call returns after its submit. */
   reads: readonly ReadPiece[];
+  /**
+   * The arrays the reads are copied into, being made ready while the GPU works (taken after the
+   * map, given up when the data is not read or the call fails); absent: new arrays.
+   */
+  into?: FreshArrays;
 }
 
 /** What a submit returned. */
@@ -215,6 +221,13 @@ export async function runPasses(
   const nPasses = passes.length;
   const nQueries = Math.max(1, 2 * nPasses * repeat);
   const reads = readData ? job.reads : [];
+  // the arrays of the reads, if any: taken once the GPU's results are mapped (workers make them
+  // meanwhile), checked against the reads by copyOut
+  const taken = reads.length > 0 && job.into !== undefined
+    ? job.into.take()
+    : Promise.resolve([] as Float32Array[]);
+  // awaited below on success; a failure before then is the call's own error
+  taken.catch(() => {});
   let querySet: GPUQuerySet | undefined;
   let staged: StagedReads | null = null;
   try {
@@ -280,7 +293,7 @@ export async function runPasses(
       },
     );
     // On the device the results wait for the next call or read: queue order keeps them valid.
-    if (staged.pieces === 0) return { arrays: staged.copyOut() };
+    if (staged.pieces === 0) return { arrays: staged.copyOut(reads.length > 0 ? await taken : []) };
     try {
       countSync();
       await staged.map();
@@ -295,7 +308,7 @@ export async function runPasses(
     }
     // A device lost after the submit may have left the results unwritten: never return them.
     ctx.assertAlive(job.what);
-    const arrays = staged.copyOut();
+    const arrays = staged.copyOut(reads.length > 0 ? await taken : []);
     let stageNs: number[] | undefined;
     if (querySet !== undefined) {
       // the ticks' bytes, copied exactly (a Float32Array set from one copies its bytes)
@@ -322,5 +335,7 @@ export async function runPasses(
     querySet?.destroy();
     // the staging buffers go back to the pool with the set: never mapped, whatever failed
     staged?.unmapAll();
+    // arrays not taken (a failure, or a timed run that reads no data) stop being made
+    job.into?.cancel();
   }
 }

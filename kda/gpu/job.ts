@@ -36,6 +36,7 @@ import {
   type TimingOptions,
 } from "./encode.ts";
 import type { GpuTensor } from "./tensor.ts";
+import type { FreshArrays } from "./fresh_arrays.ts";
 import { gpuDebug } from "./_debug.ts";
 
 /** The arrays of one call on the device, by the op's names. */
@@ -343,6 +344,8 @@ export interface RunOptions {
   after?: readonly ExtraPass[];
   /** Host readbacks to add to the submit, in order (mod.ts reads the results this way). */
   reads?: readonly { buffer: GPUBuffer; offset: number; bytes: number }[];
+  /** The arrays the reads are copied into, being made ready meanwhile (fresh_arrays.ts). */
+  into?: FreshArrays;
 }
 
 /**
@@ -482,6 +485,7 @@ export class ForwardJob {
       after: options.after ?? [],
       copiesOut: copiesOut(set, this.plan, this.#buffers, this.#targets),
       reads: options.reads ?? [],
+      ...(options.into !== undefined ? { into: options.into } : {}),
     }, options.timing ?? false);
   }
 
@@ -646,6 +650,7 @@ export class BackwardJob {
       after: options.after ?? [],
       copiesOut: copiesOut(compiled.set, plan, this.#buffers, this.#targets),
       reads: options.reads ?? [],
+      ...(options.into !== undefined ? { into: options.into } : {}),
     }, options.timing ?? false);
   }
 

@@ -128,8 +128,11 @@ export interface StagedReads {
   /**
    * Copies the mapped pieces into one Float32Array per read, piece by piece, unmapping each as
    * soon as it is copied out (which frees Deno's copy of it for the next).
+   *
+   * @param into Arrays to copy into, for the first reads (each of its read's length; fresh_arrays.ts
+   *   makes them with their pages already faulted in); the other reads get new arrays.
    */
-  copyOut(): Float32Array[];
+  copyOut(into?: readonly Float32Array[]): Float32Array[];
   /**
    * Unmaps every piece still mapped or being mapped (after a failure), so that no staging buffer
    * goes back to the pool mapped.
@@ -189,8 +192,17 @@ export function stageReads(
     async map() {
       await Promise.all(pieces.map((p) => p.buffer.mapAsync(GPUMapMode.READ, 0, p.bytes)));
     },
-    copyOut() {
-      const out = reads.map((r) => new Float32Array(r.bytes / Float32Array.BYTES_PER_ELEMENT));
+    copyOut(into = []) {
+      const out = reads.map((r, i) => {
+        const n = r.bytes / Float32Array.BYTES_PER_ELEMENT;
+        if (i >= into.length) return new Float32Array(n);
+        if (into[i].length !== n) {
+          throw new Error(
+            `internal: read ${i} of ${n} floats was given an array of ${into[i].length}`,
+          );
+        }
+        return into[i];
+      });
       for (const p of pieces) {
         const mapped = p.buffer.getMappedRange(0, p.bytes);
         for (const { read, at, from, bytes } of p.parts) {

@@ -20,6 +20,7 @@ import { bytesOf } from "../gpu/layout.ts";
 import { kernelSet } from "../gpu/kernel_set.ts";
 import "../gpu/kernels/mod.ts";
 import { checkInKernel, IN_KERNEL_KEYS } from "./_options.ts";
+import { copyArray } from "./_copies.ts";
 import {
   checkKnownKeys,
   checkObject,
@@ -55,16 +56,21 @@ export function checkFloatArray(
     throw new RangeError(`${name} must have ${length} elements ${shapeText}: got ${x.length}`);
   }
   for (let i = 0; i < x.length; i++) {
-    if (!Number.isFinite(x[i])) {
-      throw new RangeError(`${name} must be finite: got ${x[i]} at index ${i}`);
-    }
+    const v = x[i];
+    if (v - v !== 0) throw notFinite(name, v, i);
   }
+}
+
+/** The error of a value that is not finite (v - v is 0 for every finite v, NaN otherwise). */
+function notFinite(name: string, v: number, i: number): RangeError {
+  return new RangeError(`${name} must be finite: got ${v} at index ${i}`);
 }
 
 /**
  * A copy of one array argument, checked as {@linkcode checkFloatArray} checks (the copy is what
  * is checked and what the call computes on, so that a change to the caller's array while the
- * call is pending cannot reach it).
+ * call is pending cannot reach it). Each element is checked as it is copied, in one pass, into an
+ * array a finished call may have given back (_copies.ts).
  */
 function checkedCopy(
   name: string,
@@ -77,8 +83,15 @@ function checkedCopy(
   if (!(x instanceof want)) {
     throw new TypeError(`${name} must be a ${want.name} like the other arrays: got ${typeName(x)}`);
   }
-  const copy = x.slice();
-  checkFloatArray(name, copy, length, dtype, shapeText);
+  if (x.length !== length) {
+    throw new RangeError(`${name} must have ${length} elements ${shapeText}: got ${x.length}`);
+  }
+  const copy = copyArray(want, length);
+  for (let i = 0; i < length; i++) {
+    const v = x[i];
+    if (v - v !== 0) throw notFinite(name, v, i);
+    copy[i] = v;
+  }
   return copy;
 }
 

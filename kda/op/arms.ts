@@ -378,6 +378,31 @@ const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
   release({ handle }) {
     if (!handle.released) handle.release();
   },
+  async vjp(request, inputs, [dout, dht]) {
+    // the forward reads nothing back (outputs: false), and the gradients' host arrays are made
+    // ready by worker threads while it uploads (gradsToHost)
+    const problem = problemOf(request, inputs) as KdaProblem<Float32Array>;
+    const { saved } = await gpuForward(problem, {
+      chunkSize: request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu,
+      kernels: gpuKernelsOf(request).name,
+      saveForBackward: true,
+      outputs: false,
+      gradsToHost: true,
+    });
+    try {
+      const grads = await gpuBackward(saved!, {
+        dout: (dout ??
+          new Float32Array(
+            request.B * request.T * valueHeads(request) * request.V,
+          )) as Float32Array,
+        ...(dht ? { dht: dht as Float32Array } : {}),
+      });
+      return gradList(grads as Parameters<typeof gradList>[0], problem.h0 !== undefined);
+    } finally {
+      // the backward was only read back: its buffers go once the queue is done with them
+      saved!.release(true);
+    }
+  },
 };
 
 const policy: SeamPolicy<KdaRequest> = {
@@ -501,6 +526,37 @@ function repeatHeads(x: Tensor, G: number): Tensor {
  * console.log(o.shape); // [1, 2, 2, 2]
  * ```
  */
+/**
+ * The inputs' cotangents of one KDA call on the seam in use, without a tape, where the arm chosen
+ * for it runs its forward and backward as one (Seam.vjp: the gpu arm); else null, and the call
+ * belongs on a tape ({@linkcode runKda}).
+ *
+ * @param inputs q, k, v, g, beta, h0, aLog, dtBias (undefined where absent): checked copies.
+ * @param cotangents The cotangents of o and (when the call returns it) ht, null where none.
+ * @param request The call's request.
+ * @param options Arm, strictness and quietness.
+ * @returns The cotangents of the inputs, in their order (null where none), or null.
+ * @example
+ * ```ts
+ * import { vjpKda } from "./arms.ts";
+ * const f = (n: number, v: number) => new Float64Array(n).fill(v);
+ * const request = { B: 1, T: 2, H: 1, K: 2, V: 2, scale: 0.7, chunkSize: 16 } as const;
+ * const inputs = [f(4, 0.5), f(4, 0.5), f(4, 1), f(4, -0.1), f(2, 0.5), undefined];
+ * // the cpu arm records itself on a tape: no direct route
+ * console.log(await vjpKda(inputs, [f(4, 1)], request, { arm: "cpu" })); // null
+ * ```
+ */
+export async function vjpKda(
+  inputs: readonly (Data | undefined)[],
+  cotangents: readonly (Data | null)[],
+  request: KdaRequest,
+  options: DispatchOptions,
+): Promise<(Data | null)[] | null> {
+  const dtype = computeDtypeOf(inputs[0], "inputs.q");
+  const direct = await (seamInUse ?? kdaSeam).vjp(request, { dtype, inputs, cotangents }, options);
+  return direct === null ? null : direct.grads;
+}
+
 export async function runKda(
   x: {
     q: Tensor;

@@ -31,7 +31,8 @@ import { checkInKernelArrays } from "./_options.ts";
 import { checkObject, typeName } from "../../base/check.ts";
 import { type StorageDType, storageDtypeOf } from "../../base/dtype.ts";
 import { narrowHalf, widenHalf } from "./_half.ts";
-import { DEFAULT_CHUNK_SIZES, type KdaRequest, kdaSeam, runKda } from "./arms.ts";
+import { giveBackCopies } from "./_copies.ts";
+import { DEFAULT_CHUNK_SIZES, type KdaRequest, kdaSeam, runKda, vjpKda } from "./arms.ts";
 import { type DeviceTensor, type GpuTensor, pinTensors } from "../gpu/tensor.ts";
 import { chooseKernels, gpuBackward, gpuForward } from "../gpu/mod.ts";
 
@@ -300,11 +301,16 @@ export async function kda<F extends PublicFloat | GpuTensor, O extends KdaOption
     return result(out.o, out.ht);
   }
   const { problem } = checked;
-  const { o, ht } = await runKda(
+  const { o, ht, arm } = await runKda(
     tensorsOf(problem, (data, shape) => new Tensor(data, shape)),
     requestOf(problem, opts),
     seamOptions(opts),
   );
+  if (arm === "gpu") {
+    // the gpu arm has uploaded the checked copies and holds none: the next call may copy into them
+    const { q, k, v, g, beta, h0, aLog, dtBias } = problem;
+    giveBackCopies([q, k, v, g, beta, h0, aLog, dtBias]);
+  }
   const out = finalState ? { o: o.data, ht: ht.data } : { o: o.data };
   const back = widened.storage === null ? out : narrowHalf(out, widened.storage);
   return back as unknown as KdaResult<ResultArray<F>, O>;
@@ -393,19 +399,56 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   const { B, K, V } = problem;
   const HV = problem.HV ?? problem.H;
   const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
+  // h0 is always an input so that dh0 exists; absent, it is a zero state.
+  const withH0 = { ...problem, h0: problem.h0 ?? alloc(dtype, N * HV * K * V) };
+  const request = requestOf(problem, opts);
+  const back = (out: KdaVjpResult<Float>) =>
+    (widened.storage === null ? out : narrowHalf(out, widened.storage)) as unknown as KdaVjpResult<
+      ResultArray<F>
+    >;
+  // an arm that runs the forward and the backward as one takes the call without a tape (the gpu
+  // arm: no output is read back); otherwise it is recorded on one
+  const direct = await vjpKda(
+    [
+      withH0.q,
+      withH0.k,
+      withH0.v,
+      withH0.g,
+      withH0.beta,
+      withH0.h0,
+      withH0.aLog,
+      withH0.dtBias,
+    ],
+    finalState ? [dout, dht ?? null] : [dout],
+    request,
+    seamOptions(opts),
+  );
+  if (direct !== null) {
+    // the arm has uploaded the checked copies and holds none: the next call may copy into them
+    const { q, k, v, g, beta, h0, aLog, dtBias } = withH0;
+    giveBackCopies([q, k, v, g, beta, h0, aLog, dtBias, dout, dht]);
+    // an input the arm gave no cotangent has a zero one, as on the tape
+    const grad = (i: number, x: Float) => (direct[i] as Float | null) ?? alloc(dtype, x.length);
+    return back({
+      dq: grad(0, withH0.q),
+      dk: grad(1, withH0.k),
+      dv: grad(2, withH0.v),
+      dg: grad(3, withH0.g),
+      dbeta: grad(4, withH0.beta),
+      dh0: grad(5, withH0.h0),
+      ...(withH0.aLog !== undefined ? { daLog: grad(6, withH0.aLog) } : {}),
+      ...(withH0.dtBias !== undefined ? { ddtBias: grad(7, withH0.dtBias) } : {}),
+    });
+  }
   const tape = new Tape(dtype);
   try {
-    // h0 is always a variable so that dh0 exists; absent, it is a zero state.
-    const x = tensorsOf(
-      { ...problem, h0: problem.h0 ?? alloc(dtype, N * HV * K * V) },
-      (data, shape) => tape.variable(data, shape),
-    );
-    const { o, ht } = await runKda(x, requestOf(problem, opts), seamOptions(opts));
+    const x = tensorsOf(withH0, (data, shape) => tape.variable(data, shape));
+    const { o, ht } = await runKda(x, request, seamOptions(opts));
     const seeds = [{ output: o, cotangent: dout }];
     if (dht !== undefined) seeds.push({ output: ht, cotangent: dht });
     const grads = await tape.backwardFrom(seeds);
     const grad = (t: Tensor | undefined) => grads.get(t!) ?? alloc(dtype, t!.size);
-    const out: KdaVjpResult<Float> = {
+    return back({
       dq: grad(x.q),
       dk: grad(x.k),
       dv: grad(x.v),
@@ -414,9 +457,7 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
       dh0: grad(x.h0),
       ...(x.aLog !== undefined ? { daLog: grad(x.aLog) } : {}),
       ...(x.dtBias !== undefined ? { ddtBias: grad(x.dtBias) } : {}),
-    };
-    const back = widened.storage === null ? out : narrowHalf(out, widened.storage);
-    return back as unknown as KdaVjpResult<ResultArray<F>>;
+    });
   } finally {
     tape.dispose();
   }
