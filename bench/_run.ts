@@ -193,3 +193,47 @@ export async function coldBytes<R>(step: () => Promise<R>): Promise<[R, number]>
   const result = await step();
   return [result, gpuCreatedBytes() - before];
 }
+
+/**
+ * Seeded inputs of a shape, the same for every benchmark: q, v uniform in ±0.5, k the same
+ * L2-normalised per row, g in [log 0.9, 0], beta in [0.02, 0.98], scale K^(-1/2).
+ *
+ * @param s The shape.
+ * @param seed The seed.
+ * @returns The problem, f32.
+ */
+export function randomInputs(
+  s: { B: number; T: number; H: number; K: number; V: number },
+  seed: number,
+): KdaProblem<Float32Array> {
+  let state = seed >>> 0;
+  const rand = () => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return state / 4294967296;
+  };
+  const fill = (n: number, f: () => number) => {
+    const a = new Float32Array(n);
+    for (let i = 0; i < n; i++) a[i] = f();
+    return a;
+  };
+  const { B, T, H, K, V } = s;
+  const k = fill(B * T * H * K, () => rand() - 0.5);
+  for (let row = 0; row < B * T * H; row++) {
+    let ss = 0;
+    for (let d = 0; d < K; d++) ss += k[row * K + d] ** 2;
+    for (let d = 0; d < K; d++) k[row * K + d] /= Math.sqrt(ss);
+  }
+  return {
+    B,
+    T,
+    H,
+    K,
+    V,
+    scale: 1 / Math.sqrt(K),
+    q: fill(B * T * H * K, () => rand() - 0.5),
+    k,
+    v: fill(B * T * H * V, () => rand() - 0.5),
+    g: fill(B * T * H * K, () => Math.log(0.9) * rand()),
+    beta: fill(B * T * H, () => 0.02 + 0.96 * rand()),
+  };
+}

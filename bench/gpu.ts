@@ -24,7 +24,7 @@ import { gpuStatus, gpuUnsupportedReason, kernelSet, kernelSetNames } from "../k
 import type { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
 import type { KernelSet } from "../kda/gpu/kernel_set.ts";
 import { makePlan } from "../kda/gpu/layout.ts";
-import { coldBytes, median, slug, withGpuJobs } from "./_run.ts";
+import { coldBytes, median, randomInputs, slug, withGpuJobs } from "./_run.ts";
 import { kda, kdaVjp } from "../kda/op/op.ts";
 import { gpuDevice, type GpuTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { gpuCreatedBytes, gpuPool } from "../kda/gpu/buffers.ts";
@@ -133,39 +133,6 @@ export function mustMoveBytes(s: BenchShape): { forward: number; backward: numbe
     forward: 4 * (inputs + nV + nS),
     // inputs and dout in, six gradients out
     backward: 4 * (inputs + nV + 3 * nQK + nV + nB + nS),
-  };
-}
-
-function randomInputs(s: BenchShape, seed: number): KdaProblem<Float32Array> {
-  let state = seed >>> 0;
-  const rand = () => {
-    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-    return state / 4294967296;
-  };
-  const fill = (n: number, f: () => number) => {
-    const a = new Float32Array(n);
-    for (let i = 0; i < n; i++) a[i] = f();
-    return a;
-  };
-  const { B, T, H, K, V } = s;
-  const k = fill(B * T * H * K, () => rand() - 0.5);
-  for (let row = 0; row < B * T * H; row++) {
-    let ss = 0;
-    for (let d = 0; d < K; d++) ss += k[row * K + d] ** 2;
-    for (let d = 0; d < K; d++) k[row * K + d] /= Math.sqrt(ss);
-  }
-  return {
-    B,
-    T,
-    H,
-    K,
-    V,
-    scale: 1 / Math.sqrt(K),
-    q: fill(B * T * H * K, () => rand() - 0.5),
-    k,
-    v: fill(B * T * H * V, () => rand() - 0.5),
-    g: fill(B * T * H * K, () => Math.log(0.9) * rand()),
-    beta: fill(B * T * H, () => 0.02 + 0.96 * rand()),
   };
 }
 

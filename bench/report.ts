@@ -323,7 +323,9 @@ function fileSection(doc: ResultsFile): string {
     "repeated back to back in one submit, median per stage) where the file has it, else one " +
     "submit per run. Wall times are host clock: resident (one submit + one readback per call), " +
     "the GpuTensor step (kda, or kdaVjp, and the one read a step needs), end to end (typed " +
-    "arrays in and out). Created per kdaVjp: the bytes of GPU buffers one kdaVjp creates, " +
+    "arrays in and out: kda and kdaVjp as a user calls them from files of 2026-12-07 on, " +
+    "gpuForward and gpuBackward, without the calls' checked copies, in earlier files). " +
+    "Created per kdaVjp: the bytes of GPU buffers one kdaVjp creates, " +
     "steady (the pool warm) / cold (the pool emptied first); GB = 10⁹ bytes.",
     "",
     table(MAIN_HEADERS, doc.results.map(mainRow)),

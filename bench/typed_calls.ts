@@ -7,7 +7,7 @@
 // Run: deno run --allow-env --allow-read bench/typed_calls.ts [B,T,H,K,V ...] [--runs=N] [--root=DIR]
 //   (default shapes: the issue's (8, 4096, 16, 128) and (4, 4096, 16, 128); runs: 5)
 
-import { median } from "./_run.ts";
+import { median, randomInputs } from "./_run.ts";
 
 const flag = (name: string) =>
   Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
@@ -30,40 +30,8 @@ if (shapes.length === 0) shapes.push([8, 4096, 16, 128, 128], [4, 4096, 16, 128,
 
 const { kda, kdaVjp } = await import(new URL("mod.ts", root).href);
 
-/** Seeded inputs: q, v uniform in ±0.5, k the same L2-normalised, g in [-0.5, 0), beta in (0, 1). */
-function inputs(B: number, T: number, H: number, K: number, V: number) {
-  let state = 12345;
-  const rand = () => {
-    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-    return state / 4294967296;
-  };
-  const fill = (n: number, f: () => number) => {
-    const a = new Float32Array(n);
-    for (let i = 0; i < n; i++) a[i] = f();
-    return a;
-  };
-  const k = fill(B * T * H * K, () => rand() - 0.5);
-  for (let row = 0; row < B * T * H; row++) {
-    let ss = 0;
-    for (let d = 0; d < K; d++) ss += k[row * K + d] ** 2;
-    for (let d = 0; d < K; d++) k[row * K + d] /= Math.sqrt(ss);
-  }
-  return {
-    B,
-    T,
-    H,
-    K,
-    V,
-    q: fill(B * T * H * K, () => rand() - 0.5),
-    k,
-    v: fill(B * T * H * V, () => rand() - 0.5),
-    g: fill(B * T * H * K, () => -0.5 * rand() - 1e-3),
-    beta: fill(B * T * H, () => 0.05 + 0.9 * rand()),
-  };
-}
-
 for (const [B, T, H, K, V] of shapes) {
-  const x = inputs(B, T, H, K, V);
+  const x = randomInputs({ B, T, H, K, V }, 1);
   const dout = new Float32Array(B * T * H * V).fill(0.01);
   const options = { arm: "gpu", strict: true, quiet: true };
   for (

@@ -92,19 +92,12 @@ export function freshArrays(lengths: readonly number[]): FreshArrays {
   const own = [...lengths];
   const total = own.reduce((a, n) => a + n * Float32Array.BYTES_PER_ELEMENT, 0);
   if (total < FRESH_WORKER_BYTES) {
-    let state: "waiting" | "taken" | "cancelled" = "waiting";
-    return {
-      lengths: own,
-      inWorkers: false,
-      take() {
-        if (state !== "waiting") return Promise.reject(refusal(state));
-        state = "taken";
-        return Promise.resolve(own.map((n) => new Float32Array(n)));
-      },
-      cancel() {
-        if (state === "waiting") state = "cancelled";
-      },
-    };
+    return request(
+      own,
+      false,
+      () => Promise.resolve(own.map((n) => new Float32Array(n))),
+      () => {},
+    );
   }
   // the largest arrays first, each to the worker with the fewest bytes so far
   const order = own.map((_, i) => i).sort((a, b) => own[b] - own[a]);
@@ -143,14 +136,24 @@ export function freshArrays(lengths: readonly number[]): FreshArrays {
   // a request given up (cancel) or failed before anyone takes it must not end as an unhandled
   // rejection; take() reports it
   ready.catch(() => {});
+  return request(own, true, () => ready, stop);
+}
+
+/** A request's one take or cancel: `made` gives the arrays once taken, `stop` gives them up. */
+function request(
+  lengths: readonly number[],
+  inWorkers: boolean,
+  made: () => Promise<Float32Array[]>,
+  stop: () => void,
+): FreshArrays {
   let state: "waiting" | "taken" | "cancelled" = "waiting";
   return {
-    lengths: own,
-    inWorkers: true,
+    lengths,
+    inWorkers,
     take() {
       if (state !== "waiting") return Promise.reject(refusal(state));
       state = "taken";
-      return ready;
+      return made();
     },
     cancel() {
       if (state !== "waiting") return;
