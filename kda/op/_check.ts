@@ -21,6 +21,7 @@ import { kernelSet } from "../gpu/kernel_set.ts";
 import "../gpu/kernels/mod.ts";
 import { checkInKernel, IN_KERNEL_KEYS } from "./_options.ts";
 import { copyArray } from "./_copies.ts";
+import { firstOutside, ValueChecks } from "./_value_checks.ts";
 import {
   checkKnownKeys,
   checkObject,
@@ -55,13 +56,11 @@ export function checkFloatArray(
   if (x.length !== length) {
     throw new RangeError(`${name} must have ${length} elements ${shapeText}: got ${x.length}`);
   }
-  for (let i = 0; i < x.length; i++) {
-    const v = x[i];
-    if (v - v !== 0) throw notFinite(name, v, i);
-  }
+  const i = firstOutside(x, -Number.MAX_VALUE, Number.MAX_VALUE);
+  if (i >= 0) throw notFinite(name, x[i], i);
 }
 
-/** The error of a value that is not finite (v - v is 0 for every finite v, NaN otherwise). */
+/** The error of a value that is not finite (outside ±Number.MAX_VALUE, or NaN). */
 function notFinite(name: string, v: number, i: number): RangeError {
   return new RangeError(`${name} must be finite: got ${v} at index ${i}`);
 }
@@ -69,17 +68,18 @@ function notFinite(name: string, v: number, i: number): RangeError {
 /**
  * A copy of one array argument, checked as {@linkcode checkFloatArray} checks (the copy is what
  * is checked and what the call computes on, so that a change to the caller's array while the
- * call is pending cannot reach it). Each element is checked as it is copied, in one pass, into an
- * array a finished call may have given back (_copies.ts).
+ * call is pending cannot reach it): its type and length at once, its values through `checks`
+ * (at once, or by workers for a large copy; _value_checks.ts). The copy goes into shared memory a
+ * finished call may have given back (_copies.ts).
  */
 function checkedCopy(
   name: string,
   x: unknown,
   length: number,
-  dtype: ComputeDType,
+  kind: { dtype: ComputeDType; checks: ValueChecks },
   shapeText: string,
 ): Float {
-  const want = dtype === "f64" ? Float64Array : Float32Array;
+  const want = kind.dtype === "f64" ? Float64Array : Float32Array;
   if (!(x instanceof want)) {
     throw new TypeError(`${name} must be a ${want.name} like the other arrays: got ${typeName(x)}`);
   }
@@ -87,21 +87,19 @@ function checkedCopy(
     throw new RangeError(`${name} must have ${length} elements ${shapeText}: got ${x.length}`);
   }
   const copy = copyArray(want, length);
-  for (let i = 0; i < length; i++) {
-    const v = x[i];
-    if (v - v !== 0) throw notFinite(name, v, i);
-    copy[i] = v;
-  }
+  copy.set(x);
+  kind.checks.check(copy, -Number.MAX_VALUE, Number.MAX_VALUE, (v, i) => notFinite(name, v, i));
   return copy;
 }
 
-/** Throws unless every entry of a checked gate array is a log decay (≤ 0). */
-function checkGates(name: string, g: Float): void {
-  for (let i = 0; i < g.length; i++) {
-    if (g[i] > 0) {
-      throw new RangeError(`${name} must be <= 0 (a log decay): got ${g[i]} at index ${i}`);
-    }
-  }
+/** Checks that every entry of a checked gate array is a log decay (≤ 0). */
+function checkGates(name: string, g: Float, checks: ValueChecks): void {
+  checks.check(
+    g,
+    -Infinity,
+    0,
+    (v, i) => new RangeError(`${name} must be <= 0 (a log decay): got ${v} at index ${i}`),
+  );
 }
 
 /**
@@ -177,8 +175,8 @@ function checkGpuTensor(
   return bufferView(value);
 }
 
-/** How a call's arrays are checked: host arrays of a dtype, or GpuTensors. */
-type ArrayKind = { device: false; dtype: ComputeDType } | { device: true };
+/** How a call's arrays are checked: host arrays of a dtype (their values through `checks`), or GpuTensors. */
+type ArrayKind = { device: false; dtype: ComputeDType; checks: ValueChecks } | { device: true };
 
 /** One array of a call, checked for its kind: a checked copy, or the GpuTensor itself. */
 function checkArray(
@@ -189,7 +187,7 @@ function checkArray(
   kind: ArrayKind,
 ): Float | GpuTensor {
   if (kind.device) return checkGpuTensor(name, x, shape, shapeText);
-  return checkedCopy(name, x, shape.reduce((a, b) => a * b, 1), kind.dtype, shapeText);
+  return checkedCopy(name, x, shape.reduce((a, b) => a * b, 1), kind, shapeText);
 }
 
 const ARRAY_KEYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const;
@@ -312,12 +310,13 @@ export type CheckedInputs =
  *
  * @param inputs What the caller passed.
  * @param how `gateInKernel`: g is the raw gate of the in-kernel options (docs/kda.md 2.8), any
- *   finite value, rather than a log decay (≤ 0).
+ *   finite value, rather than a log decay (≤ 0); `checks`: where the values of host arrays are
+ *   checked (default: at once, each error thrown as met).
  * @returns The problem the arms see (scale resolved; host arrays copied as checked) and its dtype.
  */
 export function checkKdaInputs(
   inputs: unknown,
-  how: { gateInKernel?: boolean } = {},
+  how: { gateInKernel?: boolean; checks?: ValueChecks } = {},
 ): CheckedInputs {
   const x = checkObject("inputs", inputs);
   checkKnownKeys("inputs", x, INPUT_KEYS, FLA_NAMES);
@@ -329,14 +328,15 @@ export function checkKdaInputs(
   const N = cuSeqlens === undefined ? B : cuSeqlens.length - 1;
   const hv = x.HV === undefined ? "H" : "HV", n = cuSeqlens === undefined ? "B" : "N";
   const dtype = device ? "f32" : computeDtypeOf(x.q, "inputs.q");
-  const kind: ArrayKind = device ? { device: true } : { device: false, dtype };
+  const checks = how.checks ?? new ValueChecks();
+  const kind: ArrayKind = device ? { device: true } : { device: false, dtype, checks };
   const array = (name: string, shape: number[], labels: string) =>
     checkArray(`inputs.${name}`, x[name], shape, labels, kind);
   const q = array("q", [B, T, H, K], "[B, T, H, K]");
   const k = array("k", [B, T, H, K], "[B, T, H, K]");
   const v = array("v", [B, T, HV, V], `[B, T, ${hv}, V]`);
   const g = array("g", [B, T, HV, K], `[B, T, ${hv}, K]`);
-  if (!device && how.gateInKernel !== true) checkGates("inputs.g", g as Float);
+  if (!device && how.gateInKernel !== true) checkGates("inputs.g", g as Float, checks);
   const beta = array("beta", [B, T, HV], `[B, T, ${hv}]`);
   const h0 = x.h0 === undefined ? undefined : array("h0", [N, HV, K, V], `[${n}, ${hv}, K, V]`);
   const aLog = x.aLog === undefined ? undefined : array("aLog", [HV], `[${hv}]`);
@@ -372,12 +372,13 @@ export function checkKdaInputs(
  * Validates the cotangents of the op's outputs for a checked problem, of the problem's kind.
  *
  * @param cotangents What the caller passed.
- * @param checked The checked inputs.
+ * @param checked The checked inputs, and where host arrays' values are checked (`checks`,
+ *   default: at once).
  * @returns The cotangents: checked copies, or GpuTensors.
  */
 export function checkKdaCotangents<A extends Float | GpuTensor>(
   cotangents: unknown,
-  checked: { problem: KdaProblem<A>; dtype: ComputeDType; device: boolean },
+  checked: { problem: KdaProblem<A>; dtype: ComputeDType; device: boolean; checks?: ValueChecks },
 ): KdaCotangents<A> {
   const c = checkObject("cotangents", cotangents);
   checkKnownKeys("cotangents", c, ["dout", "dht"], FLA_NAMES);
@@ -387,7 +388,9 @@ export function checkKdaCotangents<A extends Float | GpuTensor>(
   const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
   const hv = problem.HV === undefined ? "H" : "HV", n = problem.cuSeqlens === undefined ? "B" : "N";
   onDevice(c, ["dout", "dht"], "cotangents");
-  const kind: ArrayKind = device ? { device: true } : { device: false, dtype };
+  const kind: ArrayKind = device
+    ? { device: true }
+    : { device: false, dtype, checks: checked.checks ?? new ValueChecks() };
   const dout = checkArray("cotangents.dout", c.dout, [B, T, HV, V], `[B, T, ${hv}, V]`, kind);
   const dht = c.dht === undefined
     ? undefined
@@ -529,7 +532,8 @@ export function checkKdaStep(
   const { H, K, V, HV } = checkHeads("token", x);
   const hv = x.HV === undefined ? "H" : "HV";
   const dtype = device ? "f32" : computeDtypeOf(x.q, "token.q");
-  const kind: ArrayKind = device ? { device: true } : { device: false, dtype };
+  const checks = new ValueChecks();
+  const kind: ArrayKind = device ? { device: true } : { device: false, dtype, checks };
   // Without T the token arrays are [B, ...]; with it [B, T, ...] (the same elements when T = 1).
   const rows = x.T === undefined ? [B] : [B, T];
   const lead = x.T === undefined ? "B" : "B, T";
@@ -539,7 +543,7 @@ export function checkKdaStep(
   const k = array("k", [H, K], "H, K");
   const v = array("v", [HV, V], `${hv}, V`);
   const g = array("g", [HV, K], `${hv}, K`);
-  if (!device && how.gateInKernel !== true) checkGates("token.g", g as Float);
+  if (!device && how.gateInKernel !== true) checkGates("token.g", g as Float, checks);
   const beta = array("beta", [HV], hv);
   const one = (name: string, n: number, labels: string) =>
     x[name] === undefined

@@ -7,6 +7,7 @@
 import type { Float, InKernel, KdaProblem } from "../_types.ts";
 import { checkOptionalBoolean, typeName } from "../../base/check.ts";
 import type { ComputeDType } from "../../base/dtype.ts";
+import { ValueChecks } from "./_value_checks.ts";
 
 /** The in-kernel options' names, as `kda`, `kdaVjp` and `kdaStep` take them. */
 export const IN_KERNEL_KEYS: readonly string[] = [
@@ -93,6 +94,7 @@ const ALOG_MAX: Readonly<Record<ComputeDType, number>> = { f64: 709.78, f32: 88 
  *   beta is given after its activation).
  * @param what The argument holding the arrays, for messages ("inputs", "token").
  * @param dtype The call's compute dtype, or undefined for a problem on the device.
+ * @param checks Where the host arrays' values are checked (default: at once).
  * @returns The options as the arms see them (undefined when none applies).
  * @example
  * ```ts
@@ -109,6 +111,7 @@ export function checkInKernelArrays(
   allowNegEigval: boolean,
   what: string,
   dtype: ComputeDType | undefined,
+  checks: ValueChecks = new ValueChecks(),
 ): InKernel | undefined {
   const gate = inKernel?.gate ?? null;
   for (const name of ["aLog", "dtBias"] as const) {
@@ -129,27 +132,20 @@ export function checkInKernelArrays(
     const host = problem as KdaProblem<Float>;
     if (host.aLog !== undefined) {
       const max = ALOG_MAX[dtype];
-      for (let i = 0; i < host.aLog.length; i++) {
-        if (!(host.aLog[i] <= max)) {
-          throw new RangeError(
-            `${what}.aLog must be at most ${max} (its exp must be finite in ${dtype}): got ` +
-              `${host.aLog[i]} at index ${i}`,
-          );
-        }
-      }
+      checks.check(host.aLog, -Infinity, max, (v, i) =>
+        new RangeError(
+          `${what}.aLog must be at most ${max} (its exp must be finite in ${dtype}): got ` +
+            `${v} at index ${i}`,
+        ));
     }
     if ((inKernel?.betaSigmoid ?? 0) === 0) {
       const hi = allowNegEigval ? 2 : 1;
-      for (let i = 0; i < host.beta.length; i++) {
-        const b = host.beta[i];
-        if (!(b >= 0 && b <= hi)) {
-          throw new RangeError(
-            `${what}.beta must be in [0, ${hi}] (a write strength${
-              allowNegEigval ? "" : "; [0, 2] with options.allowNegEigval"
-            }; set options.useBetaSigmoidInKernel for raw logits): got ${b} at index ${i}`,
-          );
-        }
-      }
+      checks.check(host.beta, 0, hi, (v, i) =>
+        new RangeError(
+          `${what}.beta must be in [0, ${hi}] (a write strength${
+            allowNegEigval ? "" : "; [0, 2] with options.allowNegEigval"
+          }; set options.useBetaSigmoidInKernel for raw logits): got ${v} at index ${i}`,
+        ));
     }
   }
   if (dtype === undefined && inKernel !== undefined) {

@@ -32,6 +32,7 @@ import { checkObject, typeName } from "../../base/check.ts";
 import { type StorageDType, storageDtypeOf } from "../../base/dtype.ts";
 import { narrowHalf, widenHalf } from "./_half.ts";
 import { giveBackCopies } from "./_copies.ts";
+import { DEFER_CHECK_BYTES, ValueChecks } from "./_value_checks.ts";
 import { DEFAULT_CHUNK_SIZES, type KdaRequest, kdaSeam, runKda, vjpKda } from "./arms.ts";
 import { type DeviceTensor, type GpuTensor, pinTensors } from "../gpu/tensor.ts";
 import { chooseKernels, gpuBackward, gpuForward } from "../gpu/mod.ts";
@@ -150,19 +151,23 @@ function widenInputs(inputs: unknown): { inputs: unknown; storage: StorageDType 
  * Checks a call's options and inputs once: the options first (they say whether g is a raw gate),
  * then the arrays, then what ties the two together; the problem carries the resolved options.
  */
-function checkCall(inputs: unknown, options: unknown): {
+function checkCall(inputs: unknown, options: unknown, checks: ValueChecks): {
   checked: CheckedInputs;
   opts: CheckedOptions;
   finalState: boolean;
 } {
   const opts = checkKdaOptions(options);
-  const checked = checkKdaInputs(inputs, { gateInKernel: (opts.inKernel?.gate ?? null) !== null });
+  const checked = checkKdaInputs(inputs, {
+    gateInKernel: (opts.inKernel?.gate ?? null) !== null,
+    checks,
+  });
   const inKernel = checkInKernelArrays(
     checked.problem,
     opts.inKernel,
     opts.allowNegEigval,
     "inputs",
     checked.device ? undefined : checked.dtype,
+    checks,
   );
   if (inKernel !== undefined) (checked.problem as KdaProblem<unknown>).inKernel = inKernel;
   return { checked, opts, finalState: inKernel?.finalState ?? true };
@@ -285,8 +290,16 @@ export async function kda<F extends PublicFloat | GpuTensor, O extends KdaOption
   inputs: KdaInputs<F>,
   options: O = {} as O,
 ): Promise<KdaResult<ResultArray<F>, O>> {
-  const widened = widenInputs(inputs);
-  const { checked, opts, finalState } = checkCall(widened.inputs, options);
+  // the values of large copies are checked by workers while the call runs (_value_checks.ts)
+  const checks = new ValueChecks({ deferBytes: DEFER_CHECK_BYTES });
+  let widened: ReturnType<typeof widenInputs>, call: ReturnType<typeof checkCall>;
+  try {
+    widened = widenInputs(inputs);
+    call = checkCall(widened.inputs, options, checks);
+  } catch (error) {
+    return await checks.settle(error);
+  }
+  const { checked, opts, finalState } = call;
   const result = (o: unknown, ht: unknown) =>
     (finalState ? { o, ht } : { o }) as KdaResult<ResultArray<F>, O>;
   if (checked.device) {
@@ -301,11 +314,21 @@ export async function kda<F extends PublicFloat | GpuTensor, O extends KdaOption
     return result(out.o, out.ht);
   }
   const { problem } = checked;
-  const { o, ht, arm } = await runKda(
-    tensorsOf(problem, (data, shape) => new Tensor(data, shape)),
-    requestOf(problem, opts),
-    seamOptions(opts),
-  );
+  // a large call runs while its copies are checked, and returns nothing unless they pass
+  const verdict = checks.verdict();
+  verdict.catch(() => {});
+  let ran: Awaited<ReturnType<typeof runKda>>;
+  try {
+    ran = await runKda(
+      tensorsOf(problem, (data, shape) => new Tensor(data, shape)),
+      requestOf(problem, opts),
+      seamOptions(opts),
+    );
+  } catch (error) {
+    return await checks.settle(error);
+  }
+  await verdict;
+  const { o, ht, arm } = ran;
   if (arm === "gpu") {
     // the gpu arm has uploaded the checked copies and holds none: the next call may copy into them
     const { q, k, v, g, beta, h0, aLog, dtBias } = problem;
@@ -363,9 +386,27 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   cotangents: KdaCotangents<F>,
   options: KdaOptions = {},
 ): Promise<KdaVjpResult<ResultArray<F>>> {
-  const widened = widenInputs(inputs);
-  const { checked, opts, finalState } = checkCall(widened.inputs, options);
-  checkNoDht(cotangents, finalState);
+  // the values of large copies are checked by workers while the call runs (_value_checks.ts)
+  const checks = new ValueChecks({ deferBytes: DEFER_CHECK_BYTES });
+  let widened: ReturnType<typeof widenInputs>, call: ReturnType<typeof checkCall>;
+  let hostCot: KdaCotangents<Float> | undefined;
+  try {
+    widened = widenInputs(inputs);
+    call = checkCall(widened.inputs, options, checks);
+    checkNoDht(cotangents, call.finalState);
+    if (!call.checked.device) {
+      const storage = widened.storage;
+      hostCot = checkKdaCotangents(
+        storage !== null
+          ? widenHalf("cotangents", checkObject("cotangents", cotangents), ["dout", "dht"], storage)
+          : cotangents,
+        { ...call.checked, checks },
+      );
+    }
+  } catch (error) {
+    return await checks.settle(error);
+  }
+  const { checked, opts, finalState } = call;
   if (checked.device) {
     const problem = checked.problem;
     const cot = checkKdaCotangents(cotangents, { ...checked, problem });
@@ -385,17 +426,7 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
     }, [inputs, cotangents]) as KdaVjpResult<ResultArray<F>>;
   }
   const { problem, dtype } = checked;
-  const { dout, dht } = checkKdaCotangents(
-    widened.storage !== null
-      ? widenHalf(
-        "cotangents",
-        checkObject("cotangents", cotangents),
-        ["dout", "dht"],
-        widened.storage,
-      )
-      : cotangents,
-    { ...checked, problem },
-  );
+  const { dout, dht } = hostCot!;
   const { B, K, V } = problem;
   const HV = problem.HV ?? problem.H;
   const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
@@ -407,22 +438,31 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
       ResultArray<F>
     >;
   // an arm that runs the forward and the backward as one takes the call without a tape (the gpu
-  // arm: no output is read back); otherwise it is recorded on one
-  const direct = await vjpKda(
-    [
-      withH0.q,
-      withH0.k,
-      withH0.v,
-      withH0.g,
-      withH0.beta,
-      withH0.h0,
-      withH0.aLog,
-      withH0.dtBias,
-    ],
-    finalState ? [dout, dht ?? null] : [dout],
-    request,
-    seamOptions(opts),
-  );
+  // arm: no output is read back), while the copies are checked; otherwise it is recorded on one,
+  // once they have passed
+  const verdict = checks.verdict();
+  verdict.catch(() => {});
+  let direct: Awaited<ReturnType<typeof vjpKda>>;
+  try {
+    direct = await vjpKda(
+      [
+        withH0.q,
+        withH0.k,
+        withH0.v,
+        withH0.g,
+        withH0.beta,
+        withH0.h0,
+        withH0.aLog,
+        withH0.dtBias,
+      ],
+      finalState ? [dout, dht ?? null] : [dout],
+      request,
+      seamOptions(opts),
+    );
+  } catch (error) {
+    return await checks.settle(error);
+  }
+  await verdict;
   if (direct !== null) {
     // the arm has uploaded the checked copies and holds none: the next call may copy into them
     const { q, k, v, g, beta, h0, aLog, dtBias } = withH0;
