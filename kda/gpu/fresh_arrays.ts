@@ -15,6 +15,8 @@
 // them, as before. Every worker is terminated once it has answered, or when the arrays are given
 // up (`cancel`), so none outlives the call: a live worker would keep the process from exiting.
 
+import { askWorker } from "../../base/_workers.ts";
+
 /** Bytes of arrays from which workers make them (below: the calling thread, when taken). */
 export const FRESH_WORKER_BYTES = 64 * 2 ** 20;
 
@@ -36,17 +38,10 @@ const WORKER_SOURCE = `self.onmessage = (event) => {
   self.postMessage(buffers, buffers);
 };`;
 
-let workerUrl: string | null = null;
-
 function refusal(state: "taken" | "cancelled"): Error {
   return new Error(
     `freshArrays: the arrays were ${state === "taken" ? "already taken" : "given up"}`,
   );
-}
-
-function urlOfWorker(): string {
-  workerUrl ??= URL.createObjectURL(new Blob([WORKER_SOURCE], { type: "text/javascript" }));
-  return workerUrl;
 }
 
 /** Arrays being made ready for a readback. */
@@ -108,26 +103,17 @@ export function freshArrays(lengths: readonly number[]): FreshArrays {
     shares[w].push(i);
     load[w] += own[i];
   }
-  const workers: Worker[] = [];
-  const stop = () => {
-    for (const worker of workers.splice(0)) worker.terminate();
-  };
-  const parts = shares.map((share) =>
-    new Promise<ArrayBuffer[]>((resolve, reject) => {
-      const worker = new Worker(urlOfWorker(), { type: "module", name: "kda fresh arrays" });
-      workers.push(worker);
-      worker.onmessage = (event: MessageEvent<ArrayBuffer[]>) => {
-        worker.terminate();
-        resolve(event.data);
-      };
-      worker.onerror = (event: ErrorEvent) => {
-        event.preventDefault();
-        worker.terminate();
-        reject(new Error(`freshArrays: a worker failed: ${event.message}`));
-      };
-      worker.postMessage(share.map((i) => own[i] * Float32Array.BYTES_PER_ELEMENT));
-    })
+  const asked = shares.map((share) =>
+    askWorker<ArrayBuffer[]>(
+      WORKER_SOURCE,
+      share.map((i) => own[i] * Float32Array.BYTES_PER_ELEMENT),
+      "freshArrays",
+    )
   );
+  const stop = () => {
+    for (const { stop } of asked) stop();
+  };
+  const parts = asked.map((a) => a.answer);
   const ready = Promise.all(parts).then((made) => {
     const out: Float32Array[] = new Array(own.length);
     shares.forEach((share, w) => share.forEach((i, j) => (out[i] = new Float32Array(made[w][j]))));

@@ -8,6 +8,7 @@
 // calling thread uploads them. Every worker is terminated once it has answered.
 
 import type { Float } from "../_types.ts";
+import { askWorker } from "../../base/_workers.ts";
 
 /** Workers that share one scan. */
 export const SCAN_WORKERS = 4;
@@ -34,13 +35,6 @@ const WORKER_SOURCE = `self.onmessage = (event) => {
     return -1;
   }));
 };`;
-
-let workerUrl: string | null = null;
-
-function urlOfWorker(): string {
-  workerUrl ??= URL.createObjectURL(new Blob([WORKER_SOURCE], { type: "text/javascript" }));
-  return workerUrl;
-}
 
 /**
  * The first index of each array whose element lies outside its interval (-1 where none does),
@@ -80,28 +74,15 @@ export async function scanRanges(scans: readonly RangeScan[]): Promise<number[]>
         hi,
       };
     });
-  const workers: Worker[] = [];
+  const asked = Array.from(
+    { length: SCAN_WORKERS },
+    (_, w) => askWorker<number[]>(WORKER_SOURCE, jobs(w), "scanRanges"),
+  );
   try {
-    const parts = await Promise.all(
-      Array.from({ length: SCAN_WORKERS }, (_, w) =>
-        new Promise<number[]>((resolve, reject) => {
-          const worker = new Worker(urlOfWorker(), { type: "module", name: "kda range scan" });
-          workers.push(worker);
-          worker.onmessage = (event: MessageEvent<number[]>) => {
-            worker.terminate();
-            resolve(event.data);
-          };
-          worker.onerror = (event: ErrorEvent) => {
-            event.preventDefault();
-            worker.terminate();
-            reject(new Error(`scanRanges: a worker failed: ${event.message}`));
-          };
-          worker.postMessage(jobs(w));
-        })),
-    );
+    const parts = await Promise.all(asked.map((a) => a.answer));
     // the parts lie in index order: the first part that found one has the first index
     return scans.map((_, s) => parts.map((p) => p[s]).find((i) => i >= 0) ?? -1);
   } finally {
-    for (const worker of workers) worker.terminate();
+    for (const { stop } of asked) stop();
   }
 }
