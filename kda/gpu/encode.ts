@@ -293,7 +293,7 @@ export async function runPasses(
       },
     );
     // On the device the results wait for the next call or read: queue order keeps them valid.
-    if (staged.pieces === 0) return { arrays: staged.copyOut(reads.length > 0 ? await taken : []) };
+    if (staged.pieces === 0) return { arrays: staged.copyOut(await taken) };
     try {
       countSync();
       await staged.map();
@@ -308,7 +308,7 @@ export async function runPasses(
     }
     // A device lost after the submit may have left the results unwritten: never return them.
     ctx.assertAlive(job.what);
-    const arrays = staged.copyOut(reads.length > 0 ? await taken : []);
+    const arrays = staged.copyOut(await taken);
     let stageNs: number[] | undefined;
     if (querySet !== undefined) {
       // the ticks' bytes, copied exactly (a Float32Array set from one copies its bytes)
