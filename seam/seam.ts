@@ -1,8 +1,9 @@
 // A generic dispatcher for an op with several implementations ("arms"). It knows no particular op:
 // the op hands it its arms, its policy (default arm, environment variable names) and its output
 // shapes. The seam picks the arm that runs each call, builds the one custom tape node of a fused
-// arm (or lets a composite arm record itself on the tape), counts what ran, and records every
-// decline with its reason. Every decision is made before any arm computes, so no fused forward
+// arm (or lets a composite arm record itself on the tape; or runs a fused arm's forward and
+// backward as one, where the caller wants only the inputs' cotangents), counts what ran, and
+// records every decline with its reason. Every decision is made before any arm computes, so no fused forward
 // ever runs and is then discarded: the node's forward values are exactly what the caller receives.
 // A subclass can run a call otherwise through three protected members (run, count, record); only
 // the proof's planted defects (checks/mutants.ts) do, on seams of their own.
@@ -524,17 +525,14 @@ export class Seam<R> {
   }
 
   /**
-   * The inputs' cotangents of one call from its outputs' cotangents, for a caller that wants those
-   * alone, without a tape: the chosen fused arm's `vjp` runs the forward and the backward as one,
-   * and hands out no output. The arm is chosen as `dispatch` chooses one for a call with a
-   * backward. The call is counted as a fused node's forward and backward are (asked, fusedFwd and
-   * its variant, fusedBwd; not customNodeBwd, as no node is entered) and its declines are recorded
-   * and warned of as `dispatch` does.
-   *
-   * Where the chosen arm has no `vjp` (a composite arm, or a fused arm without one), nothing runs
-   * and nothing is counted or recorded: the result is null, and the caller records the call on a
-   * tape instead, where `dispatch` makes the same choice and counts it. A subclass that runs calls
-   * otherwise through {@linkcode Seam.run} should refuse this route (return null) too.
+   * The inputs' cotangents of one call, for a caller that wants those alone, without a tape: the
+   * chosen fused arm's `vjp` runs forward and backward as one and hands out no output. The arm is
+   * chosen as `dispatch` chooses one for a call with a backward, its declines recorded and warned
+   * of as there, and the call counted as a fused node's forward and backward (not customNodeBwd: no
+   * node is entered). Where the chosen arm has no `vjp`, nothing runs and nothing is counted or
+   * recorded: null says so, and the caller records the call on a tape, where `dispatch` makes the
+   * same choice. A subclass that runs calls otherwise through {@linkcode Seam.run} should refuse
+   * this route (return null) too.
    *
    * @param request The op's request (dimensions and settings), validated by the caller.
    * @param call The inputs' dtype, the inputs' values in the op's order (undefined for an absent
@@ -551,14 +549,10 @@ export class Seam<R> {
     },
     options: DispatchOptions = {},
   ): Promise<{ grads: (Data | null)[]; arm: string } | null> {
-    let choice: Choice;
-    try {
-      choice = await this.#choose(request, call.dtype, options, true);
-    } catch (error) {
-      // a refused call is asked for, as in dispatch
-      this.#counts.asked++;
+    const choice = await this.#choose(request, call.dtype, options, true).catch((error) => {
+      this.#counts.asked++; // a refused call is asked for, as in dispatch
       throw error;
-    }
+    });
     const arm = this.#arm(choice.ran);
     if (arm.kind !== "fused" || arm.vjp === undefined) return null;
     this.#counts.asked++;

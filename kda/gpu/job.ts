@@ -30,13 +30,12 @@ import {
 } from "./kernel_set.ts";
 import {
   type BufferCopy,
-  type ExtraPass,
+  type PassJob,
   type PassResult,
   runPasses,
   type TimingOptions,
 } from "./encode.ts";
 import type { GpuTensor } from "./tensor.ts";
-import type { FreshArrays } from "./fresh_arrays.ts";
 import { gpuDebug } from "./_debug.ts";
 
 /** The arrays of one call on the device, by the op's names. */
@@ -334,18 +333,18 @@ function paramsBuffer(
   return params;
 }
 
-/** What a run of a job gets besides its buffers. */
-export interface RunOptions {
+/**
+ * What a run of a job gets besides its buffers: the glue passes around its stages, the host
+ * readbacks of its submit and their arrays, as runPasses takes them (encode.ts's PassJob).
+ */
+export interface RunOptions extends Partial<Pick<PassJob, "before" | "after" | "reads" | "into">> {
   /** Time each stage on the GPU (the benchmark; options to repeat without reading back). */
   timing?: boolean | TimingOptions;
-  /** Passes before and after the set's stages (glue.ts). */
-  before?: readonly ExtraPass[];
-  /** Passes after the set's stages. */
-  after?: readonly ExtraPass[];
-  /** Host readbacks to add to the submit, in order (mod.ts reads the results this way). */
-  reads?: readonly { buffer: GPUBuffer; offset: number; bytes: number }[];
-  /** The arrays the reads are copied into, being made ready meanwhile (fresh_arrays.ts). */
-  into?: FreshArrays;
+}
+
+/** The parts of a job's submit that its run's options give. */
+function runParts({ before = [], after = [], reads = [], into }: RunOptions) {
+  return { before, after, reads, ...(into !== undefined ? { into } : {}) };
 }
 
 /**
@@ -481,11 +480,8 @@ export class ForwardJob {
       reverse: false,
       bindGroups: this.#bindGroups,
       copiesIn: this.#copiesIn,
-      before: options.before ?? [],
-      after: options.after ?? [],
       copiesOut: copiesOut(set, this.plan, this.#buffers, this.#targets),
-      reads: options.reads ?? [],
-      ...(options.into !== undefined ? { into: options.into } : {}),
+      ...runParts(options),
     }, options.timing ?? false);
   }
 
@@ -646,11 +642,8 @@ export class BackwardJob {
       reverse: true,
       bindGroups: this.#bindGroups,
       copiesIn: this.#copiesIn,
-      before: options.before ?? [],
-      after: options.after ?? [],
       copiesOut: copiesOut(compiled.set, plan, this.#buffers, this.#targets),
-      reads: options.reads ?? [],
-      ...(options.into !== undefined ? { into: options.into } : {}),
+      ...runParts(options),
     }, options.timing ?? false);
   }
 

@@ -21,7 +21,7 @@ import { kernelSet } from "../gpu/kernel_set.ts";
 import "../gpu/kernels/mod.ts";
 import { checkInKernel, IN_KERNEL_KEYS } from "./_options.ts";
 import { copyArray } from "./_copies.ts";
-import { firstOutside, ValueChecks } from "./_value_checks.ts";
+import { ValueChecks } from "./_value_checks.ts";
 import {
   checkKnownKeys,
   checkObject,
@@ -49,6 +49,18 @@ export function checkFloatArray(
   dtype: ComputeDType,
   shapeText: string,
 ): asserts x is Float {
+  checkFloatKind(name, x, length, dtype, shapeText);
+  checkFinite(name, x, new ValueChecks());
+}
+
+/** Throws unless `x` is a typed array of the dtype with `length` elements. */
+function checkFloatKind(
+  name: string,
+  x: unknown,
+  length: number,
+  dtype: ComputeDType,
+  shapeText: string,
+): asserts x is Float {
   const want = dtype === "f64" ? Float64Array : Float32Array;
   if (!(x instanceof want)) {
     throw new TypeError(`${name} must be a ${want.name} like the other arrays: got ${typeName(x)}`);
@@ -56,13 +68,16 @@ export function checkFloatArray(
   if (x.length !== length) {
     throw new RangeError(`${name} must have ${length} elements ${shapeText}: got ${x.length}`);
   }
-  const i = firstOutside(x, -Number.MAX_VALUE, Number.MAX_VALUE);
-  if (i >= 0) throw notFinite(name, x[i], i);
 }
 
-/** The error of a value that is not finite (outside ±Number.MAX_VALUE, or NaN). */
-function notFinite(name: string, v: number, i: number): RangeError {
-  return new RangeError(`${name} must be finite: got ${v} at index ${i}`);
+/** Checks through `checks` that every element is finite (within ±Number.MAX_VALUE, not NaN). */
+function checkFinite(name: string, x: Float, checks: ValueChecks): void {
+  checks.check(
+    x,
+    -Number.MAX_VALUE,
+    Number.MAX_VALUE,
+    (v, i) => new RangeError(`${name} must be finite: got ${v} at index ${i}`),
+  );
 }
 
 /**
@@ -79,16 +94,10 @@ function checkedCopy(
   kind: { dtype: ComputeDType; checks: ValueChecks },
   shapeText: string,
 ): Float {
-  const want = kind.dtype === "f64" ? Float64Array : Float32Array;
-  if (!(x instanceof want)) {
-    throw new TypeError(`${name} must be a ${want.name} like the other arrays: got ${typeName(x)}`);
-  }
-  if (x.length !== length) {
-    throw new RangeError(`${name} must have ${length} elements ${shapeText}: got ${x.length}`);
-  }
-  const copy = copyArray(want, length);
+  checkFloatKind(name, x, length, kind.dtype, shapeText);
+  const copy = copyArray(kind.dtype === "f64" ? Float64Array : Float32Array, length);
   copy.set(x);
-  kind.checks.check(copy, -Number.MAX_VALUE, Number.MAX_VALUE, (v, i) => notFinite(name, v, i));
+  checkFinite(name, copy, kind.checks);
   return copy;
 }
 
