@@ -21,6 +21,7 @@ import { glueOf } from "./glue.ts";
 import { glueIn, glueOut, type Layout, layoutFor, scratchTensor, viewDims } from "./_call_view.ts";
 import type { ReadPiece } from "./readback.ts";
 import { type FreshArrays, freshArrays } from "./fresh_arrays.ts";
+import { CallChecks, type RangeChecks } from "./range_checks.ts";
 import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
 import { chooseKernels } from "./kernels/mod.ts";
 import { typeName } from "../../base/check.ts";
@@ -42,6 +43,7 @@ class SavedCall implements GpuSaved {
   #offsets: BufferSet;
   #unpin: () => void;
   #gradsInto: FreshArrays | undefined;
+  #checks: CallChecks | undefined;
   constructor(
     readonly state: SavedState,
     readonly layout: Layout,
@@ -51,10 +53,13 @@ class SavedCall implements GpuSaved {
     readonly inKernel?: InKernelSaved,
     /** The host arrays of the first backward's gradients, being made since the forward began. */
     gradsInto?: FreshArrays,
+    /** The value checks the forward ran and did not read, for the first backward to read. */
+    checks?: CallChecks,
   ) {
     this.#offsets = offsets;
     this.#unpin = unpin;
     this.#gradsInto = gradsInto;
+    this.#checks = checks;
   }
 
   get released(): boolean {
@@ -68,9 +73,17 @@ class SavedCall implements GpuSaved {
     return into;
   }
 
+  /** The forward's value checks, unread, for the first backward (its flags live in `offsets`). */
+  takeChecks(): CallChecks | undefined {
+    const checks = this.#checks;
+    this.#checks = undefined;
+    return checks;
+  }
+
   release(whenIdle = false): void {
     this.#gradsInto?.cancel();
     this.#gradsInto = undefined;
+    this.#checks = undefined;
     if (this.state.released) return;
     this.state.release(whenIdle);
     this.#offsets.destroyAll(whenIdle);
@@ -275,7 +288,11 @@ function setOf(kernels: string | undefined): KernelSet {
  *   no outputs (`o` and `ht` undefined; from typed arrays nothing is read back), for a forward run
  *   only for its backward; `gradsToHost` (with `saveForBackward`) says the first backward will
  *   read its gradients back to typed arrays, whose pages are then faulted in by worker threads
- *   from now on, while this call uploads (kda/gpu/fresh_arrays.ts).
+ *   from now on, while this call uploads (kda/gpu/fresh_arrays.ts); `checks`, value checks of
+ *   the call's host arrays that the call runs on the bytes it uploads (kda/gpu/range_checks.ts),
+ *   read back with its outputs, or with the gradients of the first backward on `saved` (the
+ *   backward also runs those of its cotangents); the checks of arrays it does not upload are left
+ *   unreported.
  * @returns `o` and `ht` (Float32Arrays owning their buffers, or DeviceTensors), and `saved` with
  *   `saveForBackward` (release it when no more backward calls will come).
  * @throws {TypeError} When an array is not of the call's kind.
@@ -304,6 +321,7 @@ export async function gpuForward<A extends GpuArray>(
     saveForBackward?: boolean;
     outputs?: boolean;
     gradsToHost?: boolean;
+    checks?: RangeChecks;
   },
 ): Promise<{ o: GpuResult<A>; ht: GpuResult<A>; saved?: GpuSaved }> {
   // before the first await: the buffers the call computes on are those it was given, and the
@@ -349,6 +367,7 @@ async function forward<A extends GpuArray>(
     saveForBackward?: boolean;
     outputs?: boolean;
     gradsToHost?: boolean;
+    checks?: RangeChecks;
   },
   unpinSaved: () => void,
 ): Promise<{ o: GpuResult<A>; ht: GpuResult<A>; saved?: GpuSaved }> {
@@ -386,6 +405,10 @@ async function forward<A extends GpuArray>(
   try {
     const glue = await glueOf(ctx);
     const optionPasses = inKernel === undefined ? undefined : await inKernelPasses(ctx);
+    // a forward that reads nothing back leaves its checks' flags to its backward
+    const checks = device
+      ? undefined
+      : await CallChecks.make(ctx, save && into === undefined ? kept : scratch, options.checks);
     const made = await ctx.scoped("gpuForward (upload and glue)", () => {
       if (layout.padded !== null) {
         const cu = layout.padded.cuSeqlens;
@@ -404,6 +427,13 @@ async function forward<A extends GpuArray>(
         beta: x.beta,
         h0: x.h0,
       });
+      // the value checks read the uploads as the caller gave them, before any pass
+      const checkPasses = checks?.passes(
+        scratch,
+        (["q", "k", "v", "g", "beta", "h0"] as const).flatMap((name) =>
+          arrays[name] === undefined ? [] : [[x[name], arrays[name]] as const]
+        ),
+      ) ?? [];
       // the in-kernel options act on the caller's layouts, before the glue
       const pre = inKernel === undefined
         ? undefined
@@ -415,7 +445,10 @@ async function forward<A extends GpuArray>(
         }, arrays);
       const input = glueIn(glue, scratch, layout, pre?.view ?? arrays);
       return {
-        input: { view: input.view, passes: [...(pre?.passes ?? []), ...input.passes] },
+        input: {
+          view: input.view,
+          passes: [...checkPasses, ...(pre?.passes ?? []), ...input.passes],
+        },
         output: glueOut(glue, scratch, layout, withO ? { o: results.o } : {}),
         saved: pre?.saved,
       };
@@ -443,19 +476,31 @@ async function forward<A extends GpuArray>(
       targets: { ...made.output.view, ...(finalState ? { ht: results.ht } : {}) },
     });
     let saved: GpuSaved | undefined;
+    // the checks' flags come back with the outputs, if they are read
+    const readChecks = into !== undefined && checks?.ran === true;
     try {
       const { arrays } = await job.run({
         before: made.input.passes,
         after: made.output.passes,
-        reads: into === undefined
-          ? []
-          : readsOf(finalState ? [results.o, results.ht] : [results.o]),
+        reads: into === undefined ? [] : [
+          ...readsOf(finalState ? [results.o, results.ht] : [results.o]),
+          ...(readChecks ? [checks!.read()] : []),
+        ],
         ...(into !== undefined ? { into } : {}),
       });
+      if (readChecks) checks!.report(arrays.pop()!);
       // a set that reads the inputs again in the backward keeps the DeviceTensors among them
       // until the handle is released
       if (save) {
-        saved = new SavedCall(job.takeSaved(), layout, kept, unpinSaved, made.saved, gradsInto);
+        saved = new SavedCall(
+          job.takeSaved(),
+          layout,
+          kept,
+          unpinSaved,
+          made.saved,
+          gradsInto,
+          into === undefined ? checks : undefined,
+        );
       }
       const [o, ht] = !keepOutputs
         ? [undefined, undefined]
@@ -551,19 +596,26 @@ async function backward<A extends GpuArray>(
   const started = saved.takeGradsInto();
   if (device) started?.cancel();
   const into = device ? undefined : started ?? freshArrays(Object.values(shapes).map(sizeOf));
+  // the forward's value checks, and this call's on its cotangents, read with the gradients
+  const checks = saved.takeChecks();
   try {
     const glue = await glueOf(ctx);
     const optionPasses = saved.inKernel === undefined ? undefined : await inKernelPasses(ctx);
     const made = await ctx.scoped("gpuBackward (upload and glue)", () => {
       const arrays = onDevice(ctx, scratch, { dout: cotangents.dout, dht: cotangents.dht });
+      const checkPasses = device ? [] : checks?.passes(scratch, [
+        [cotangents.dout, arrays.dout!],
+        ...(arrays.dht !== undefined ? [[cotangents.dht, arrays.dht] as const] : []),
+      ]) ?? [];
       const { dh0, daLog: _a, ddtBias: _d, ...rest } = results;
       // the in-kernel options pull the core's gradients back after the glue
       const post = saved.inKernel === undefined
         ? undefined
         : inKernelBackward(optionPasses!, scratch, saved.inKernel, results);
       const output = glueOut(glue, scratch, layout, { ...rest, ...post?.view });
+      const input = glueIn(glue, scratch, layout, arrays);
       return {
-        input: glueIn(glue, scratch, layout, arrays),
+        input: { view: input.view, passes: [...checkPasses, ...input.passes] },
         output: { view: output.view, passes: [...output.passes, ...(post?.passes ?? [])] },
         dh0,
       };
@@ -585,12 +637,17 @@ async function backward<A extends GpuArray>(
         ...(gate?.aLog ? ["daLog" as const] : []),
         ...(gate?.dtBias ? ["ddtBias" as const] : []),
       ] as const;
+      const readChecks = into !== undefined && checks?.ran === true;
       const { arrays } = await job.run({
         before: made.input.passes,
         after: made.output.passes,
-        reads: into === undefined ? [] : readsOf(order.map((k) => results[k])),
+        reads: into === undefined ? [] : [
+          ...readsOf(order.map((k) => results[k])),
+          ...(readChecks ? [checks!.read()] : []),
+        ],
         ...(into !== undefined ? { into } : {}),
       });
+      if (readChecks) checks!.report(arrays.pop()!);
       const got = device ? order.map((k) => results[k]) : arrays;
       return Object.fromEntries(order.map((k, i) => [k, got[i]])) as unknown as
         & KdaGrads<GpuResult<A>>

@@ -31,6 +31,7 @@ export { gpuLiveBuffers, gpuPool, type GpuPoolStatus, gpuSettled };
 export type { GpuInfo, GpuSaved };
 export { GpuError, type GpuErrorKind } from "./device.ts";
 export { type GpuArray, gpuBackward, gpuForward } from "./call.ts";
+export type { RangeCheck, RangeChecks } from "./range_checks.ts";
 export { kernelSet, kernelSetNames } from "./kernel_set.ts";
 export { chooseKernels, DECODE_KERNELS };
 

@@ -7,8 +7,9 @@
 // fourteenth pass). A call that is done with its copies, and knows that nothing else holds them
 // (the gpu arm has uploaded them), gives them back here, and the next call of the same sizes copies
 // into them: a training step after the first copies its inputs at memory speed. The copies are
-// SharedArrayBuffers, so that worker threads can check their values (_value_checks.ts); no copy is
-// ever handed to the caller.
+// plain ArrayBuffers (a set() into shared memory ran at half the rate on the H100's host, and no
+// worker reads them: the gpu arm checks their values on what it uploads, _value_checks.ts); no
+// copy is ever handed to the caller.
 //
 // What is kept is bounded (COPY_POOL_BYTES in all) and let go COPY_POOL_IDLE_MS after the last
 // call that took or gave back, by a timer that does not keep the process alive.
@@ -24,6 +25,8 @@ export const COPY_POOL_IDLE_MS = 2000;
 /** The kept arrays by type and length. */
 const kept = new Map<string, Float[]>();
 let keptBytes = 0;
+/** The arrays copyArray made: only these are taken back. */
+const made = new WeakSet<Float>();
 let idle: ReturnType<typeof setTimeout> | undefined;
 
 function keyOf(type: typeof Float32Array | typeof Float64Array, length: number): string {
@@ -47,9 +50,8 @@ function touch(): void {
 }
 
 /**
- * An array for a checked copy, in shared memory (so that workers can check it, _value_checks.ts):
- * one given back earlier, of this type and length, else a new one. Its contents are whatever they
- * were: the copy writes every element.
+ * An array for a checked copy: one given back earlier, of this type and length, else a new one.
+ * Its contents are whatever they were: the copy writes every element.
  *
  * @param type Float32Array or Float64Array.
  * @param length Its elements.
@@ -67,8 +69,9 @@ export function copyArray(type: typeof Float32Array | typeof Float64Array, lengt
   const list = kept.get(keyOf(type, length));
   const reused = list?.pop();
   if (reused === undefined) {
-    const shared = new SharedArrayBuffer(length * type.BYTES_PER_ELEMENT);
-    return type === Float64Array ? new Float64Array(shared) : new Float32Array(shared);
+    const array = type === Float64Array ? new Float64Array(length) : new Float32Array(length);
+    made.add(array);
+    return array;
   }
   if (list!.length === 0) kept.delete(keyOf(type, length));
   keptBytes -= reused.byteLength;
@@ -78,7 +81,7 @@ export function copyArray(type: typeof Float32Array | typeof Float64Array, lengt
 
 /**
  * Gives back a call's checked copies that nothing holds any longer, for the next call's copies.
- * Only copyArray's arrays are kept (whole SharedArrayBuffers), within the pool's bound.
+ * Only copyArray's arrays are kept, within the pool's bound.
  *
  * @param arrays The copies (undefined entries are skipped).
  * @example
@@ -89,8 +92,7 @@ export function copyArray(type: typeof Float32Array | typeof Float64Array, lengt
  */
 export function giveBackCopies(arrays: readonly (Float | undefined)[]): void {
   for (const a of arrays) {
-    if (a === undefined || !(a.buffer instanceof SharedArrayBuffer)) continue;
-    if (a.byteOffset !== 0 || a.byteLength !== a.buffer.byteLength) continue;
+    if (a === undefined || !made.has(a)) continue;
     if (keptBytes + a.byteLength > COPY_POOL_BYTES) continue;
     const type = a instanceof Float64Array ? Float64Array : Float32Array;
     const key = keyOf(type, a.length);

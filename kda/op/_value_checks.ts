@@ -1,27 +1,31 @@
 // The value checks of one call's checked copies (every element in an interval: finite, g <= 0,
-// beta in its range, aLog below its bound), in the order the call states them, run on the calling
-// thread or, for large copies, by worker threads (_range_scan.ts) while the call uploads.
+// beta in its range, aLog below its bound), in the order the call states them. A small copy is
+// checked at once on the calling thread; a large one is left pending, for the arm that uploads it
+// to check on what it uploaded (the gpu arm: kda/gpu/range_checks.ts, one pass a check and one
+// flag read back with the results), and whatever no arm reported is checked on the calling thread
+// when the call asks for the verdict, after its run.
 //
 // Whatever runs where, the error is the one of the first failing check in the call's order, with
 // the same message: a check that runs at once and fails throws at once, and the call settles that
-// error against the verdict of the checks still running before it (as any later error of its own,
-// a wrong cotangent, say), so that an earlier check's error wins, as it did when every check ran at
-// once.
+// error against the verdict of the pending checks before it (as any later error of its own, a
+// wrong cotangent, say), so that an earlier check's error wins, as it did when every check ran at
+// once. A check the device failed has its element found on the host copy, which holds the bytes
+// the device read.
 
 import type { Float } from "../_types.ts";
-import { scanRanges } from "./_range_scan.ts";
+import type { RangeCheck, RangeChecks } from "../gpu/mod.ts";
 
-/** Bytes of a copy from which a call may check it in workers (below: on the calling thread). */
-export const DEFER_CHECK_BYTES = 16 * 2 ** 20;
+/** Bytes of a copy from which a call leaves its checks pending (below: it checks it at once). */
+export const DEFER_CHECK_BYTES = 2 ** 20;
 
 /** The error of an element outside its interval, built from the element and its index. */
 export type ValueError = (value: number, index: number) => RangeError;
 
-interface Pending {
-  array: Float;
-  lo: number;
-  hi: number;
-  error: ValueError;
+interface Pending extends RangeCheck {
+  readonly array: Float;
+  readonly error: ValueError;
+  /** What an arm reported: whether every element passed on its device. */
+  outcome?: boolean;
 }
 
 /**
@@ -46,20 +50,21 @@ export function firstOutside(a: Float, lo: number, hi: number): number {
 }
 
 /**
- * One call's value checks, in order.
+ * One call's value checks, in order; the pending ones are the call's {@linkcode RangeChecks}, for
+ * an arm to run on its device and report.
  *
  * @example
  * ```ts
  * import assert from "node:assert/strict";
  * import { ValueChecks } from "./_value_checks.ts";
  * const checks = new ValueChecks({ deferBytes: 0 });
- * const a = new Float32Array(new SharedArrayBuffer(8));
- * a.set([1, Number.NaN]);
+ * const a = new Float32Array([1, Number.NaN]);
  * checks.check(a, -1, 1, (v, i) => new RangeError(`a must be finite: got ${v} at index ${i}`));
+ * assert.equal(checks.list.length, 1); // pending: no arm reported it
  * await assert.rejects(() => checks.verdict(), /got NaN at index 1/);
  * ```
  */
-export class ValueChecks {
+export class ValueChecks implements RangeChecks {
   readonly #deferBytes: number;
   readonly #pending: Pending[] = [];
   #verdict: Promise<void> | null = null;
@@ -67,26 +72,49 @@ export class ValueChecks {
   /**
    * Makes the checks of one call.
    *
-   * @param options `deferBytes`: copies of at least this many bytes in shared memory are checked
-   *   by workers (default Infinity: every check runs at once).
+   * @param options `deferBytes`: checks of arrays of at least this many bytes are left pending
+   *   (default Infinity: every check runs at once).
    */
   constructor(options: { deferBytes?: number } = {}) {
     this.#deferBytes = options.deferBytes ?? Infinity;
   }
 
+  /** The pending checks, in order (none once the verdict was asked for). */
+  get list(): readonly RangeCheck[] {
+    return this.#verdict === null ? this.#pending : [];
+  }
+
   /**
-   * Checks that every element of `array` lies in [lo, hi]: at once, or (a large copy in shared
-   * memory) by workers when the verdict is asked for.
+   * Records what an arm found for pending check `index`, run on the bytes it computes on. A report
+   * after the verdict was asked for changes nothing.
+   *
+   * @param index The check's index in {@linkcode ValueChecks.list}.
+   * @param passed Whether every element lay in its interval.
+   */
+  report(index: number, passed: boolean): void {
+    if (this.#verdict !== null) return;
+    const pending = this.#pending[index];
+    if (pending === undefined) {
+      throw new RangeError(
+        `index must name a pending check (0 to ${this.#pending.length - 1}): got ${index}`,
+      );
+    }
+    pending.outcome = passed;
+  }
+
+  /**
+   * Checks that every element of `array` lies in [lo, hi]: at once, or (a large copy) left
+   * pending until an arm reports it or the verdict is asked for.
    *
    * @param array The checked copy.
    * @param lo Least value allowed.
    * @param hi Greatest value allowed.
    * @param error The error of an element outside.
    * @throws {RangeError} At once, when the check ran at once and failed (settle it: an earlier
-   *   check still running may have failed first).
+   *   pending check may have failed first).
    */
   check(array: Float, lo: number, hi: number, error: ValueError): void {
-    if (array.byteLength >= this.#deferBytes && array.buffer instanceof SharedArrayBuffer) {
+    if (array.byteLength >= this.#deferBytes) {
       if (this.#verdict !== null) throw new Error("internal: a value check after the verdict");
       this.#pending.push({ array, lo, hi, error });
       return;
@@ -96,8 +124,10 @@ export class ValueChecks {
   }
 
   /**
-   * The verdict of the checks still running: resolves when every one passed, else rejects with the
-   * first failure in order. The first call starts the workers; later calls return the same promise.
+   * The verdict of the pending checks: resolves when every one passed, else rejects with the first
+   * failure in order. Those an arm reported passed are done; the others are checked now, on the
+   * calling thread. Ask for it once the call has run (a report after it changes nothing); later
+   * calls return the same promise.
    *
    * @returns The verdict.
    */
@@ -106,13 +136,19 @@ export class ValueChecks {
     return this.#verdict;
   }
 
+  // deno-lint-ignore require-await
   async #decide(): Promise<void> {
-    if (this.#pending.length === 0) return;
-    const found = await scanRanges(this.#pending);
-    for (const [p, i] of found.entries()) {
-      const { array, error } = this.#pending[p];
+    this.#pending.forEach(({ array, lo, hi, error, outcome }, index) => {
+      if (outcome === true) return;
+      const i = firstOutside(array, lo, hi);
       if (i >= 0) throw error(array[i], i);
-    }
+      if (outcome === false) {
+        throw new Error(
+          `internal: pending value check ${index} failed on the device, but its copy holds no ` +
+            `element outside [${lo}, ${hi}]`,
+        );
+      }
+    });
   }
 
   /**

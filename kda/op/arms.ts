@@ -35,6 +35,7 @@ import {
   gpuStatus,
   gpuUnsupportedReason,
   kernelSet,
+  type RangeChecks,
 } from "../gpu/mod.ts";
 import { recurrentForward } from "../cpu/_step_math.ts";
 import {
@@ -65,6 +66,12 @@ export interface KdaRequest extends KdaDims, KdaLayout {
   inKernel?: InKernel;
   /** The gpu arm's kernel set; absent, its rule picks one (kda/gpu/kernels/mod.ts). */
   kernels?: string;
+  /**
+   * The call's pending value checks of its host arrays (kda/op/_value_checks.ts): an arm that
+   * uploads those arrays may run them on what it uploaded and report them (the gpu arm does);
+   * whatever it leaves unreported the call checks on the host.
+   */
+  checks?: RangeChecks;
 }
 
 /**
@@ -356,6 +363,7 @@ const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
       chunkSize: request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu,
       kernels: gpuKernelsOf(request).name,
       saveForBackward: save,
+      ...(request.checks !== undefined ? { checks: request.checks } : {}),
     });
     return {
       outputs: hasFinalState(request)
@@ -388,6 +396,7 @@ const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
       saveForBackward: true,
       outputs: false,
       gradsToHost: true,
+      ...(request.checks !== undefined ? { checks: request.checks } : {}),
     });
     try {
       const grads = await gpuBackward(saved!, {

@@ -173,7 +173,11 @@ function checkCall(inputs: unknown, options: unknown, checks: ValueChecks): {
   return { checked, opts, finalState: inKernel?.finalState ?? true };
 }
 
-function requestOf(problem: KdaProblem<unknown>, options: CheckedOptions): KdaRequest {
+function requestOf(
+  problem: KdaProblem<unknown>,
+  options: CheckedOptions,
+  checks?: ValueChecks,
+): KdaRequest {
   const { B, T, H, K, V, scale, HV, cuSeqlens, inKernel } = problem;
   return {
     B,
@@ -187,6 +191,7 @@ function requestOf(problem: KdaProblem<unknown>, options: CheckedOptions): KdaRe
     ...(cuSeqlens !== undefined ? { cuSeqlens } : {}),
     ...(options.kernels !== undefined ? { kernels: options.kernels } : {}),
     ...(inKernel !== undefined ? { inKernel } : {}),
+    ...(checks !== undefined ? { checks } : {}),
   };
 }
 
@@ -290,7 +295,8 @@ export async function kda<F extends PublicFloat | GpuTensor, O extends KdaOption
   inputs: KdaInputs<F>,
   options: O = {} as O,
 ): Promise<KdaResult<ResultArray<F>, O>> {
-  // the values of large copies are checked by workers while the call runs (_value_checks.ts)
+  // the values of large copies are checked by the arm that uploads them, else after the run
+  // (_value_checks.ts)
   const checks = new ValueChecks({ deferBytes: DEFER_CHECK_BYTES });
   let widened: ReturnType<typeof widenInputs>, call: ReturnType<typeof checkCall>;
   try {
@@ -314,20 +320,18 @@ export async function kda<F extends PublicFloat | GpuTensor, O extends KdaOption
     return result(out.o, out.ht);
   }
   const { problem } = checked;
-  // a large call runs while its copies are checked, and returns nothing unless they pass
-  const verdict = checks.verdict();
-  verdict.catch(() => {});
+  // a large call runs before its pending checks are decided, and returns nothing unless they pass
   let ran: Awaited<ReturnType<typeof runKda>>;
   try {
     ran = await runKda(
       tensorsOf(problem, (data, shape) => new Tensor(data, shape)),
-      requestOf(problem, opts),
+      requestOf(problem, opts, checks),
       seamOptions(opts),
     );
   } catch (error) {
     return await checks.settle(error);
   }
-  await verdict;
+  await checks.verdict();
   const { o, ht, arm } = ran;
   if (arm === "gpu") {
     // the gpu arm has uploaded the checked copies and holds none: the next call may copy into them
@@ -386,7 +390,8 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   cotangents: KdaCotangents<F>,
   options: KdaOptions = {},
 ): Promise<KdaVjpResult<ResultArray<F>>> {
-  // the values of large copies are checked by workers while the call runs (_value_checks.ts)
+  // the values of large copies are checked by the arm that uploads them, else before a tape runs
+  // (_value_checks.ts)
   const checks = new ValueChecks({ deferBytes: DEFER_CHECK_BYTES });
   let widened: ReturnType<typeof widenInputs>, call: ReturnType<typeof checkCall>;
   let hostCot: KdaCotangents<Float> | undefined;
@@ -432,16 +437,14 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
   // h0 is always an input so that dh0 exists; absent, it is a zero state.
   const withH0 = { ...problem, h0: problem.h0 ?? alloc(dtype, N * HV * K * V) };
-  const request = requestOf(problem, opts);
+  const request = requestOf(problem, opts, checks);
   const back = (out: KdaVjpResult<Float>) =>
     (widened.storage === null ? out : narrowHalf(out, widened.storage)) as unknown as KdaVjpResult<
       ResultArray<F>
     >;
   // an arm that runs the forward and the backward as one takes the call without a tape (the gpu
-  // arm: no output is read back), while the copies are checked; otherwise it is recorded on one,
-  // once they have passed
-  const verdict = checks.verdict();
-  verdict.catch(() => {});
+  // arm: no output is read back, the pending checks run on its uploads); otherwise it is recorded
+  // on one, once they have passed
   let direct: Awaited<ReturnType<typeof vjpKda>>;
   try {
     direct = await vjpKda(
@@ -462,7 +465,7 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   } catch (error) {
     return await checks.settle(error);
   }
-  await verdict;
+  await checks.verdict();
   if (direct !== null) {
     // the arm has uploaded the checked copies and holds none: the next call may copy into them
     const { q, k, v, g, beta, h0, aLog, dtBias } = withH0;
