@@ -8,6 +8,7 @@
 import type { GpuContext } from "./device.ts";
 import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
 import type { ExtraPass } from "./encode.ts";
+import { compilePipelines, oncePerContext, type Pipelines, wgslText } from "./_pipelines.ts";
 
 const GLUE_URL = new URL("./kernels/glue.wgsl", import.meta.url);
 const ENTRIES = ["expandHeads", "sumHeads", "padRows", "unpadRows"] as const;
@@ -15,43 +16,13 @@ const ENTRIES = ["expandHeads", "sumHeads", "padRows", "unpadRows"] as const;
 export type GlueEntry = typeof ENTRIES[number];
 const GLUE_WG = 256;
 
-interface CompiledGlue {
-  layout: GPUBindGroupLayout;
-  pipelines: Map<GlueEntry, GPUComputePipeline>;
-}
+type CompiledGlue = Pipelines<GlueEntry>;
 
 const compiledGlue = new WeakMap<GpuContext, Promise<CompiledGlue>>();
 
 async function compile(ctx: GpuContext): Promise<CompiledGlue> {
-  const response = await fetch(GLUE_URL);
-  if (!response.ok) throw new Error(`Cannot load ${GLUE_URL.href}: HTTP ${response.status}`);
-  const code = await response.text();
-  const { device } = ctx;
-  return await ctx.scoped("the glue passes' pipelines", () => {
-    const module = device.createShaderModule({ label: "kda glue", code });
-    const layout = device.createBindGroupLayout({
-      label: "kda glue",
-      entries: [
-        { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } },
-        { binding: 1, visibility: GPUShaderStage.COMPUTE, buffer: { type: "read-only-storage" } },
-        { binding: 2, visibility: GPUShaderStage.COMPUTE, buffer: { type: "storage" } },
-        { binding: 3, visibility: GPUShaderStage.COMPUTE, buffer: { type: "read-only-storage" } },
-      ],
-    });
-    const pipelineLayout = device.createPipelineLayout({ bindGroupLayouts: [layout] });
-    const pipelines = new Map<GlueEntry, GPUComputePipeline>();
-    for (const entry of ENTRIES) {
-      pipelines.set(
-        entry,
-        device.createComputePipeline({
-          label: `glue.${entry}`,
-          layout: pipelineLayout,
-          compute: { module, entryPoint: entry },
-        }),
-      );
-    }
-    return { layout, pipelines };
-  });
+  const buffers = ["uniform", "read-only-storage", "storage", "read-only-storage"] as const;
+  return await compilePipelines(ctx, "glue", await wgslText(GLUE_URL), buffers, ENTRIES);
 }
 
 /**
@@ -67,13 +38,7 @@ async function compile(ctx: GpuContext): Promise<CompiledGlue> {
  * ```
  */
 export async function glueOf(ctx: GpuContext): Promise<Glue> {
-  let compiled = compiledGlue.get(ctx);
-  if (compiled === undefined) {
-    compiled = compile(ctx);
-    compiledGlue.set(ctx, compiled);
-    compiled.catch(() => compiledGlue.delete(ctx));
-  }
-  return new Glue(ctx, await compiled);
+  return new Glue(ctx, await oncePerContext(compiledGlue, ctx, compile));
 }
 
 /**

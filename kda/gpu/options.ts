@@ -14,6 +14,7 @@ import type { JobArrays } from "./job.ts";
 import { bytesOf } from "./layout.ts";
 import { type GpuTensor, isGpuTensor } from "./tensor.ts";
 import { gpuDebug } from "./_debug.ts";
+import { compilePipelines, oncePerContext, type Pipelines, wgslText } from "./_pipelines.ts";
 import { type InKernel, L2NORM_EPS } from "../_types.ts";
 
 const OPTIONS_URL = new URL("./kernels/options.wgsl", import.meta.url);
@@ -36,49 +37,23 @@ const WG = 256;
 const ROW_BLOCK = 256;
 const FLAGS = { HAS_ALOG: 1, HAS_DTBIAS: 2, LOWER_BOUND: 4, SAVE: 8 } as const;
 
-interface Compiled {
-  layout: GPUBindGroupLayout;
-  pipelines: Map<Entry, GPUComputePipeline>;
+interface Compiled extends Pipelines<Entry> {
   /** Bound in the slots a pass leaves empty: one per slot, so no buffer is bound twice. */
   empty: GPUBuffer[];
 }
 
 const compiled = new WeakMap<GpuContext, Promise<Compiled>>();
 
-async function text(url: URL): Promise<string> {
-  const response = await fetch(url);
-  if (!response.ok) throw new Error(`Cannot load ${url.href}: HTTP ${response.status}`);
-  return await response.text();
-}
-
 async function compile(ctx: GpuContext): Promise<Compiled> {
   // the eps of the in-kernel l2norm has one source, kda/_types.ts, generated in here
   const eps = `const L2NORM_EPS: f32 = ${L2NORM_EPS.toExponential()};\n`;
-  const code = (await text(SHARED_WGSL.shared)) + "\n" + eps + (await text(OPTIONS_URL));
+  const code = (await wgslText(SHARED_WGSL.shared)) + "\n" + eps +
+    (await wgslText(OPTIONS_URL));
+  const read = "read-only-storage", write = "storage";
+  const buffers = ["uniform", read, read, read, write, write] as const;
+  const { layout, pipelines } = await compilePipelines(ctx, "options", code, buffers, ENTRIES);
   const { device } = ctx;
-  return await ctx.scoped("the in-kernel options' pipelines", () => {
-    const module = device.createShaderModule({ label: "kda in-kernel options", code });
-    const read = { type: "read-only-storage" } as const, write = { type: "storage" } as const;
-    const layout = device.createBindGroupLayout({
-      label: "kda in-kernel options",
-      entries: [{ type: "uniform" } as const, read, read, read, write, write].map((buffer, i) => ({
-        binding: i,
-        visibility: GPUShaderStage.COMPUTE,
-        buffer,
-      })),
-    });
-    const pipelineLayout = device.createPipelineLayout({ bindGroupLayouts: [layout] });
-    const pipelines = new Map<Entry, GPUComputePipeline>();
-    for (const entry of ENTRIES) {
-      pipelines.set(
-        entry,
-        device.createComputePipeline({
-          label: `options.${entry}`,
-          layout: pipelineLayout,
-          compute: { module, entryPoint: entry },
-        }),
-      );
-    }
+  return await ctx.scoped("the in-kernel options' placeholders", () => {
     const empty = Array.from(
       { length: 5 },
       (_, i) =>
@@ -186,13 +161,7 @@ export class InKernelPasses {
  * ```
  */
 export async function inKernelPasses(ctx: GpuContext): Promise<InKernelPasses> {
-  let c = compiled.get(ctx);
-  if (c === undefined) {
-    c = compile(ctx);
-    compiled.set(ctx, c);
-    c.catch(() => compiled.delete(ctx));
-  }
-  return new InKernelPasses(ctx, await c);
+  return new InKernelPasses(ctx, await oncePerContext(compiled, ctx, compile));
 }
 
 /** A buffer of `n` f32 elements in `set` (NaN-filled in tests, so a missing write shows). */

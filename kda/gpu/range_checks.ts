@@ -11,6 +11,7 @@ import { type BufferSet, STORAGE_USAGE, UNIFORM_USAGE } from "./buffers.ts";
 import type { ExtraPass } from "./encode.ts";
 import type { ReadPiece } from "./readback.ts";
 import type { GpuTensor } from "./tensor.ts";
+import { compilePipelines, oncePerContext, type Pipelines, wgslText } from "./_pipelines.ts";
 
 /** One check: every element of `array` lies in [lo, hi] (NaN in no interval). */
 export interface RangeCheck {
@@ -106,35 +107,12 @@ export function intervalKeys(lo: number, hi: number): { lo: number; hi: number }
   return { lo: loKey, hi: hiKey };
 }
 
-interface CompiledRange {
-  layout: GPUBindGroupLayout;
-  pipeline: GPUComputePipeline;
-}
+const compiledRange = new WeakMap<GpuContext, Promise<Pipelines<"rangeFlags">>>();
 
-const compiledRange = new WeakMap<GpuContext, Promise<CompiledRange>>();
-
-async function compile(ctx: GpuContext): Promise<CompiledRange> {
-  const response = await fetch(RANGE_URL);
-  if (!response.ok) throw new Error(`Cannot load ${RANGE_URL.href}: HTTP ${response.status}`);
-  const code = await response.text();
-  const { device } = ctx;
-  return await ctx.scoped("the value checks' pipeline", () => {
-    const module = device.createShaderModule({ label: "kda range flags", code });
-    const layout = device.createBindGroupLayout({
-      label: "kda range flags",
-      entries: [
-        { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } },
-        { binding: 1, visibility: GPUShaderStage.COMPUTE, buffer: { type: "read-only-storage" } },
-        { binding: 2, visibility: GPUShaderStage.COMPUTE, buffer: { type: "storage" } },
-      ],
-    });
-    const pipeline = device.createComputePipeline({
-      label: "rangeFlags",
-      layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }),
-      compute: { module, entryPoint: "rangeFlags" },
-    });
-    return { layout, pipeline };
-  });
+async function compile(ctx: GpuContext): Promise<Pipelines<"rangeFlags">> {
+  const buffers = ["uniform", "read-only-storage", "storage"] as const;
+  const code = await wgslText(RANGE_URL);
+  return await compilePipelines(ctx, "value checks", code, buffers, ["rangeFlags"]);
 }
 
 /**
@@ -172,7 +150,7 @@ async function compile(ctx: GpuContext): Promise<CompiledRange> {
  */
 export class CallChecks {
   readonly #ctx: GpuContext;
-  readonly #compiled: CompiledRange;
+  readonly #compiled: Pipelines<"rangeFlags">;
   readonly #checks: RangeChecks;
   readonly #list: readonly RangeCheck[];
   readonly #ran: number[] = [];
@@ -181,7 +159,7 @@ export class CallChecks {
 
   private constructor(
     ctx: GpuContext,
-    compiled: CompiledRange,
+    compiled: Pipelines<"rangeFlags">,
     checks: RangeChecks,
     buffers: BufferSet,
   ) {
@@ -209,13 +187,8 @@ export class CallChecks {
     checks: RangeChecks | undefined,
   ): Promise<CallChecks | undefined> {
     if (checks === undefined || checks.list.length === 0) return undefined;
-    let compiled = compiledRange.get(ctx);
-    if (compiled === undefined) {
-      compiled = compile(ctx);
-      compiledRange.set(ctx, compiled);
-      compiled.catch(() => compiledRange.delete(ctx));
-    }
-    return new CallChecks(ctx, await compiled, checks, buffers);
+    const compiled = await oncePerContext(compiledRange, ctx, compile);
+    return new CallChecks(ctx, compiled, checks, buffers);
   }
 
   /**
@@ -265,7 +238,7 @@ export class CallChecks {
         ],
       });
       const groups = Math.min(Math.ceil(count / RANGE_WG), maxComputeWorkgroupsPerDimension);
-      const pipeline = this.#compiled.pipeline;
+      const pipeline = this.#compiled.pipelines.get("rangeFlags")!;
       passes.push({
         label: "value check",
         encode(pass) {
