@@ -9,7 +9,7 @@
 // and gpu arms.
 
 import assert from "node:assert/strict";
-import { kda, type KdaInputs, kdaVjp } from "../mod.ts";
+import { kda, type KdaInputs, kdaVjp, resetSeamCounts, seamCounts } from "../mod.ts";
 import { DEFER_CHECK_BYTES, firstOutside, ValueChecks } from "../kda/op/_value_checks.ts";
 import { CallChecks, intervalKeys, orderKey } from "../kda/gpu/range_checks.ts";
 import { getContext } from "../kda/gpu/device.ts";
@@ -115,6 +115,7 @@ async function deviceOutcomes(
     const call = (await CallChecks.make(ctx, set, {
       list: checks,
       report: (i, passed) => outcomes.set(i, passed),
+      decideNow() {},
     }))!;
     const arrays = [...new Set(checks.map((c) => c.array))];
     const uploaded = arrays.map((a) => {
@@ -351,6 +352,22 @@ Deno.test("a large kda or kdaVjp on the cpu arm reports a bad value as a small c
   await largeCallsReport("cpu");
 });
 
+Deno.test("a large kda on the cpu arm decides its pending checks before it computes", async () => {
+  const x = largeInputs();
+  const y = { ...x, v: x.v.slice() };
+  y.v[5] = Number.NaN;
+  resetSeamCounts();
+  await assert.rejects(
+    () => kda(y, { arm: "cpu", strict: true, quiet: true }),
+    /inputs\.v must be finite: got NaN at index 5/,
+  );
+  // asked for, and no forward ran (the seam counts a fused forward once it returned)
+  const { asked, fusedFwd } = seamCounts();
+  assert.deepEqual({ asked, fusedFwd }, { asked: 1, fusedFwd: 0 });
+  await kda(x, { arm: "cpu", strict: true, quiet: true });
+  assert.equal(seamCounts().fusedFwd, 1);
+});
+
 gpuTest(
   "a large kda or kdaVjp on the gpu arm reports a bad value as a small call does, before a later error",
   async () => {
@@ -379,7 +396,12 @@ gpuTest(
     ];
     const spy = () => {
       const got = new Map<number, boolean>();
-      return { got, checks: { list, report: (i: number, ok: boolean) => got.set(i, ok) } };
+      const checks = {
+        list,
+        report: (i: number, ok: boolean) => got.set(i, ok),
+        decideNow: () => assert.fail("the gpu arm decides no check on the host"),
+      };
+      return { got, checks };
     };
     // a forward that reads its outputs reports its inputs' checks with them
     const fwd = spy();

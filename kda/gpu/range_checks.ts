@@ -34,6 +34,13 @@ export interface RangeChecks {
    * @param passed Whether every element lay in its interval.
    */
   report(index: number, passed: boolean): void;
+  /**
+   * Decides every pending check on the host now, for an arm that computes on the host arrays
+   * themselves (so that it computes nothing on a bad value).
+   *
+   * @throws {RangeError} The first failing check's error.
+   */
+  decideNow(): void;
 }
 
 const RANGE_URL = new URL("./kernels/range_flags.wgsl", import.meta.url);
@@ -132,7 +139,11 @@ async function compile(ctx: GpuContext): Promise<Pipelines<"rangeFlags">> {
  * const set = new BufferSet(ctx.device);
  * const q = new Float32Array([0.5, Number.NaN, 2]);
  * const outcomes: [number, boolean][] = [];
- * const checks = { list: [{ array: q, lo: 0, hi: 4 }], report: (i: number, ok: boolean) => outcomes.push([i, ok]) };
+ * const checks = {
+ *   list: [{ array: q, lo: 0, hi: 4 }],
+ *   report: (i: number, ok: boolean) => outcomes.push([i, ok]),
+ *   decideNow() {},
+ * };
  * const call = (await CallChecks.make(ctx, set, checks))!;
  * const buffer = set.make("q", 16);
  * upload(ctx.device.queue, buffer, 0, q);

@@ -132,23 +132,41 @@ export class ValueChecks implements RangeChecks {
    * @returns The verdict.
    */
   verdict(): Promise<void> {
-    this.#verdict ??= this.#decide();
+    if (this.#verdict === null) {
+      const failure = this.#firstFailure();
+      this.#verdict = failure === null ? Promise.resolve() : Promise.reject(failure);
+      this.#verdict.catch(() => {});
+    }
     return this.#verdict;
   }
 
-  // deno-lint-ignore require-await
-  async #decide(): Promise<void> {
-    this.#pending.forEach(({ array, lo, hi, error, outcome }, index) => {
-      if (outcome === true) return;
+  /**
+   * Decides the pending checks now, as {@linkcode ValueChecks.verdict} does, for an arm about to
+   * compute on the host copies themselves (the cpu arm): nothing is computed on a bad value.
+   *
+   * @throws {RangeError} The first failing check's error.
+   */
+  decideNow(): void {
+    const failure = this.#verdict === null ? this.#firstFailure() : null;
+    this.#verdict ??= failure === null ? Promise.resolve() : Promise.reject(failure);
+    this.#verdict.catch(() => {});
+    if (failure !== null) throw failure;
+  }
+
+  /** The first failing pending check's error, or null. */
+  #firstFailure(): Error | null {
+    for (const [index, { array, lo, hi, error, outcome }] of this.#pending.entries()) {
+      if (outcome === true) continue;
       const i = firstOutside(array, lo, hi);
-      if (i >= 0) throw error(array[i], i);
+      if (i >= 0) return error(array[i], i);
       if (outcome === false) {
-        throw new Error(
+        return new Error(
           `internal: pending value check ${index} failed on the device, but its copy holds no ` +
             `element outside [${lo}, ${hi}]`,
         );
       }
-    });
+    }
+    return null;
   }
 
   /**

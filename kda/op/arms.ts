@@ -261,6 +261,8 @@ const cpuArm: FusedArm<KdaRequest, CpuSaved> = {
   // The head-width limit is the chunked path's; a decode call runs recurrentForward, which has none.
   whyNot: (request) => request.step === true ? null : headDimProblem(request.K, request.V, "cpu"),
   forward(request, inputs, save) {
+    // this arm computes on the call's copies themselves: their pending value checks come first
+    request.checks?.decideNow();
     const raw = problemOf(request, inputs);
     const dtype = computeDtypeOf(raw.q);
     // With in-kernel options, the host maps the raw arrays to the op's own ones, in f64
