@@ -28,8 +28,15 @@ import type { BufferDecl, KernelSet, Plan } from "../../kernel_set.ts";
 import { CC, chunkRanges, CK, CV, evenRanges, scanTile, WORKGROUP_SIZE } from "../_plan.ts";
 import { SPLIT_ACCESSORS } from "./_accessors.ts";
 
-/** Channels per staged slice of the pairwise products. */
-const LP_BLOCK = 8;
+/**
+ * Channels per staged slice of the pairwise products: a multiple of four, so that a diagonal
+ * block's four channel groups (the channels of each residue mod 4) and every sum's order are the
+ * same whatever the slice. 12 takes chunkPrep 3.96 ms at (8, 4096, 16, 128) on an H100, against
+ * 4.09 at 8, with the same bits (ANALYSIS.md, fifteenth pass); 7 operands of 16 row quads at
+ * LP_BLOCK + 1 vec4s must fit prep (below).
+ */
+const LP_BLOCK = 12;
+if (LP_BLOCK % 4 !== 0) throw new Error("LP_BLOCK must be a multiple of 4");
 /** vec4s per row quad of a staged operand of the pairwise products (padded by one, see prep.wgsl). */
 const LP_STRIDE = LP_BLOCK + 1;
 /** vec4s of one staged operand of the pairwise products: C / 4 row quads at C = 64. */
