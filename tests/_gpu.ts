@@ -11,12 +11,17 @@ export const requireGpu: boolean = Deno.env.get("KDA_REQUIRE_GPU") === "1";
 
 /**
  * Registers a GPU test: ignored without an adapter (the reason printed once per file), failed if
- * the GPU is required.
+ * the GPU is required; also ignored (reported as such, never as passed) where `options.ignore`
+ * says the adapter cannot show what the test is about.
  */
-export function gpuTest(name: string, fn: () => Promise<void>): void {
+export function gpuTest(
+  name: string,
+  fn: () => Promise<void>,
+  options: { ignore?: boolean } = {},
+): void {
   Deno.test({
     name,
-    ignore: !status.available && !requireGpu,
+    ignore: (!status.available && !requireGpu) || options.ignore === true,
     // The device's lost promise stays pending for the life of the process, by design.
     sanitizeOps: false,
     sanitizeResources: false,
