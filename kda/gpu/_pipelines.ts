@@ -5,25 +5,6 @@
 
 import type { GpuContext } from "./device.ts";
 
-/**
- * The text of a WGSL file.
- *
- * @param url Where it is.
- * @returns Its text.
- * @throws {Error} When it cannot be loaded.
- * @example
- * ```ts
- * import { wgslText } from "./_pipelines.ts";
- * const code = await wgslText(new URL("./kernels/glue.wgsl", import.meta.url));
- * console.log(code.includes("fn padRows")); // true
- * ```
- */
-export async function wgslText(url: URL): Promise<string> {
-  const response = await fetch(url);
-  if (!response.ok) throw new Error(`Cannot load ${url.href}: HTTP ${response.status}`);
-  return await response.text();
-}
-
 /** A module's bind group layout and its pipelines by entry point. */
 export interface Pipelines<E extends string> {
   layout: GPUBindGroupLayout;
@@ -42,8 +23,8 @@ export interface Pipelines<E extends string> {
  * @returns The layout and the pipelines.
  * @example
  * ```ts
- * import { getContext } from "./device.ts";
- * import { compilePipelines, wgslText } from "./_pipelines.ts";
+ * import { getContext, wgslText } from "./device.ts";
+ * import { compilePipelines } from "./_pipelines.ts";
  * const ctx = await getContext();
  * const code = await wgslText(new URL("./kernels/range_flags.wgsl", import.meta.url));
  * const { pipelines } = await compilePipelines(ctx, "example", code, ["uniform", "read-only-storage", "storage"], ["rangeFlags"]);

@@ -299,14 +299,32 @@ async function setSource(
     return url;
   });
   for (const url of [...includes, ...set.files]) {
-    const response = await fetch(url);
-    if (!response.ok) throw new Error(`Cannot load ${url.href}: HTTP ${response.status}`);
+    const text = await wgslText(url);
     parts.push({ name: fileName(url), line: code.split("\n").length });
-    code += await response.text();
+    code += text;
     if (!code.endsWith("\n")) code += "\n";
   }
   const transform = gpuDebug.shaderTransform;
   return { code: transform === null ? code : transform(code, set.name), parts };
+}
+
+/**
+ * The text of a WGSL file.
+ *
+ * @param url Where it is.
+ * @returns Its text.
+ * @throws {Error} When it cannot be loaded.
+ * @example
+ * ```ts
+ * import { wgslText } from "./device.ts";
+ * const code = await wgslText(new URL("./kernels/glue.wgsl", import.meta.url));
+ * console.log(code.includes("fn padRows")); // true
+ * ```
+ */
+export async function wgslText(url: URL): Promise<string> {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`Cannot load ${url.href}: HTTP ${response.status}`);
+  return await response.text();
 }
 
 /** "file:line" of a line of the joined module. */

@@ -5,10 +5,10 @@
 // 2.6; pad rows have k = v = g = beta = 0, which leaves every state and real output unchanged).
 // Each is a compute pass of kda/gpu/kernels/glue.wgsl, encoded into the call's one submit.
 
-import type { GpuContext } from "./device.ts";
+import { type GpuContext, wgslText } from "./device.ts";
 import { type BufferSet, UNIFORM_USAGE } from "./buffers.ts";
 import type { ExtraPass } from "./encode.ts";
-import { compilePipelines, oncePerContext, type Pipelines, wgslText } from "./_pipelines.ts";
+import { compilePipelines, oncePerContext, type Pipelines } from "./_pipelines.ts";
 
 const GLUE_URL = new URL("./kernels/glue.wgsl", import.meta.url);
 const ENTRIES = ["expandHeads", "sumHeads", "padRows", "unpadRows"] as const;

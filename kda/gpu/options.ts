@@ -7,14 +7,14 @@
 // through those maps and daLog, ddtBias are reduced, in a fixed order.
 
 import type { GpuContext } from "./device.ts";
-import { SHARED_WGSL } from "./device.ts";
+import { SHARED_WGSL, wgslText } from "./device.ts";
 import { type BufferSet, fillNaN, UNIFORM_USAGE, upload } from "./buffers.ts";
 import type { ExtraPass } from "./encode.ts";
 import type { JobArrays } from "./job.ts";
 import { bytesOf } from "./layout.ts";
 import { type GpuTensor, isGpuTensor } from "./tensor.ts";
 import { gpuDebug } from "./_debug.ts";
-import { compilePipelines, oncePerContext, type Pipelines, wgslText } from "./_pipelines.ts";
+import { compilePipelines, oncePerContext, type Pipelines } from "./_pipelines.ts";
 import { type InKernel, L2NORM_EPS } from "../_types.ts";
 
 const OPTIONS_URL = new URL("./kernels/options.wgsl", import.meta.url);

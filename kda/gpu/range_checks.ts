@@ -6,12 +6,12 @@
 // element and its message on the host only when a flag is set, so what was checked is what the
 // kernels read, and a call whose values pass never scans them on the host.
 
-import type { GpuContext } from "./device.ts";
+import { type GpuContext, wgslText } from "./device.ts";
 import { type BufferSet, STORAGE_USAGE, UNIFORM_USAGE } from "./buffers.ts";
 import type { ExtraPass } from "./encode.ts";
 import type { ReadPiece } from "./readback.ts";
 import type { GpuTensor } from "./tensor.ts";
-import { compilePipelines, oncePerContext, type Pipelines, wgslText } from "./_pipelines.ts";
+import { compilePipelines, oncePerContext, type Pipelines } from "./_pipelines.ts";
 
 /** One check: every element of `array` lies in [lo, hi] (NaN in no interval). */
 export interface RangeCheck {

@@ -132,12 +132,8 @@ export class ValueChecks implements RangeChecks {
    * @returns The verdict.
    */
   verdict(): Promise<void> {
-    if (this.#verdict === null) {
-      const failure = this.#firstFailure();
-      this.#verdict = failure === null ? Promise.resolve() : Promise.reject(failure);
-      this.#verdict.catch(() => {});
-    }
-    return this.#verdict;
+    this.#decide();
+    return this.#verdict!;
   }
 
   /**
@@ -147,10 +143,17 @@ export class ValueChecks implements RangeChecks {
    * @throws {RangeError} The first failing check's error.
    */
   decideNow(): void {
-    const failure = this.#verdict === null ? this.#firstFailure() : null;
-    this.#verdict ??= failure === null ? Promise.resolve() : Promise.reject(failure);
-    this.#verdict.catch(() => {});
+    const failure = this.#decide();
     if (failure !== null) throw failure;
+  }
+
+  /** Decides once: the first failure (null if none, or if decided before), kept as the verdict. */
+  #decide(): Error | null {
+    if (this.#verdict !== null) return null;
+    const failure = this.#firstFailure();
+    this.#verdict = failure === null ? Promise.resolve() : Promise.reject(failure);
+    this.#verdict.catch(() => {});
+    return failure;
   }
 
   /** The first failing pending check's error, or null. */
