@@ -173,10 +173,14 @@ function copy(encoder: GPUCommandEncoder, c: BufferCopy): void {
 }
 
 /**
- * Encodes the job (glue, copies in, the set's stages one pass each, copies out, glue), submits it
- * with the copies of what to read into staging pieces (readback.ts), and reads those back with one
- * wait; with `timing` on a device with timestamp queries, also each stage's GPU time. Buffers it
- * creates go to `set` (the caller destroys them).
+ * Encodes the job (glue, copies in, the set's stages, copies out, glue), submits it with the copies
+ * of what to read into staging pieces (readback.ts), and reads those back with one wait; with
+ * `timing` on a device with timestamp queries, also each stage's GPU time. The stages' dispatches
+ * share one compute pass, except when timed (timestamps are written at a pass's bounds, so each
+ * stage gets a pass of its own): WebGPU makes each dispatch a usage scope of its own, so the
+ * writes of one are visible to the next either way, and one pass took a chained kdaVjp 0.5 ms a
+ * step faster on an H200 (docs/kda.md 3.2). Buffers it creates go to `set` (the caller destroys
+ * them).
  *
  * @param ctx The device context.
  * @param set The call's buffers.
@@ -254,10 +258,14 @@ export async function runPasses(
         };
         extra(job.before);
         for (const c of job.copiesIn) copy(encoder, c);
+        // one pass for every stage unless each needs its own timestamps (see above)
+        const shared = querySet === undefined
+          ? encoder.beginComputePass({ label: job.what })
+          : undefined;
         for (let rep = 0; rep < repeat; rep++) {
           passes.forEach(({ stage, ranges: passRanges }, passIndex) => {
             const i = rep * nPasses + passIndex;
-            const pass = encoder.beginComputePass({
+            const pass = shared ?? encoder.beginComputePass({
               label: stage.entry,
               ...(querySet !== undefined
                 ? {
@@ -276,9 +284,10 @@ export async function runPasses(
               pass.setBindGroup(1, rangeGroup, [r * ctx.rangeAlign]);
               pass.dispatchWorkgroups(x, y, z);
             }
-            pass.end();
+            if (shared === undefined) pass.end();
           });
         }
+        shared?.end();
         for (const c of job.copiesOut) copy(encoder, c);
         extra(job.after);
         // the resolved timestamps are read back after the data, as one more read

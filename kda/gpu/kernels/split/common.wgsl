@@ -28,33 +28,15 @@ fn prepAt4(row: u32, i: vec4u) -> vec4f {
 // ---- tiled products ----
 //
 // The C x (V or K) products of a chunk run as register tiles of 4 rows x 8 columns per invocation
-// over MM_SLICE-deep slices of the contraction staged in workgroup memory as vec4s: tileA holds,
-// for each contraction index, four rows of the left operand in one vec4 (up to two left operands
-// that share the right one), tileB four columns of the right operand, so that one step of a tile
-// is three vec4 loads and 32 fused multiply-adds.
-
-var<workgroup> tileA: array<vec4f, TILE_A_VEC4>; // [2][MM_SLICE][C / 4]
-var<workgroup> tileB: array<vec4f, TILE_B_VEC4>; // [MM_SLICE][up to 256 / 4]
+// over slices of the contraction staged in workgroup memory as vec4s: for each contraction index,
+// four rows of the left operand in one vec4, and four columns of the right operand a vec4, so that
+// one step of a tile is three vec4 loads and 32 fused multiply-adds (chunkPrep's W and U in prep,
+// chunkOutput in its own arrays, forward.wgsl; chunkGradsV in its own, grads_v.wgsl).
 
 // Two register tiles side by side: 4 rows x 8 columns.
 struct Tile8 {
   t0: mat4x4f,
   t1: mat4x4f,
-}
-
-// acc + the staged slice's product for rows 4 rq.. (n contraction steps, the right operand's
-// rows width4 vec4s wide in tileB) at vec4 columns jq and jq + half: neighbouring invocations
-// take neighbouring jq, so that their reads of tileB fall on different banks
-fn mmSlice(acc: Tile8, rq: u32, jq: u32, width4: u32, half: u32, n: u32) -> Tile8 {
-  var t0 = acc.t0;
-  var t1 = acc.t1;
-  for (var dd = 0u; dd < n; dd++) {
-    let a = tileA[dd * 16u + rq];
-    let b = dd * width4 + jq;
-    t0 = tileFma(t0, a, tileB[b]);
-    t1 = tileFma(t1, a, tileB[b + half]);
-  }
-  return Tile8(t0, t1);
 }
 
 // acc + the product of a slice staged in prep: n contraction steps, the left operand's vec4 of

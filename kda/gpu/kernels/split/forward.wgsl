@@ -322,7 +322,38 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 
 // ---- chunkOutput: O = Qg S + P Vn, one workgroup per (chunk, head) ----
 //
-// Tiled products (common.wgsl): each output sums the channels in ascending order, then the rows.
+// Tiled products, 4 x 8 register tiles (Tile8, common.wgsl): each output sums the channels in
+// ascending order, then the rows. The contraction runs in slices of sd steps staged in arrays of
+// the stage's own, 12 KB, which leave more of an SM's workgroup memory to others than the shared
+// tiles' 24 KB (the two measured the same on an H200: bench/results/ANALYSIS.md, sixteenth pass):
+// sd = MM_SLICE up to V = 128, half that past it. The staging loops give
+// neighbouring invocations neighbouring contraction steps (so that their loads from memory are
+// coalesced), whose vec4s lie a row of the staged slice apart: every such store would fall in one
+// bank group. So a step's vec4 of column quad q (of the left operand's 16 row quads, and of S^T's VQ
+// column quads where VQ is a multiple of 8) lies at q ^ (step & 7): a permutation of each aligned
+// run of eight.
+
+// [sd][16] row quads of the left operand (Qg, then P); [sd][VQ] column quads of the right (S^T,
+// then Vn), VQ <= 32 at sd = MM_SLICE and <= 64 at half that (V <= 256)
+var<workgroup> outA: array<vec4f, OUT_A_VEC4>;
+var<workgroup> outB: array<vec4f, OUT_B_VEC4>;
+const_assert MM_SLICE * 16u <= OUT_A_VEC4 && MM_SLICE * 32u <= OUT_B_VEC4;
+
+// acc + the staged slice's product for rows 4 rq.. (n contraction steps, the right operand's
+// rows width4 vec4s wide, swizzled by bMask) at vec4 columns jq and jq + half: neighbouring
+// invocations take neighbouring jq, so that their reads of outB fall on different banks
+fn outSlice(acc: Tile8, rq: u32, jq: u32, width4: u32, half: u32, n: u32, bMask: u32) -> Tile8 {
+  var t0 = acc.t0;
+  var t1 = acc.t1;
+  for (var dd = 0u; dd < n; dd++) {
+    let a = outA[dd * 16u + (rq ^ (dd & 7u))];
+    let b = dd * width4;
+    let sw = dd & bMask;
+    t0 = tileFma(t0, a, outB[b + (jq ^ sw)]);
+    t1 = tileFma(t1, a, outB[b + ((jq + half) ^ sw)]);
+  }
+  return Tile8(t0, t1);
+}
 
 @compute @workgroup_size(256)
 fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
@@ -335,6 +366,8 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   let nRQ = (cv + 3u) / 4u;
   let VQ = (p.V + 3u) / 4u;
   let nJ8 = (p.V + 7u) / 8u;
+  let sd = select(MM_SLICE, MM_SLICE / 2u, VQ > 32u);
+  let bMask = select(0u, 7u, VQ % 8u == 0u);
   let lanes = vec4u(0u, 1u, 2u, 3u);
   // tiles of 4 rows x 8 columns, one per invocation a turn (one turn up to V = 128 at C = 64)
   for (var turn = 0u; turn * WG < nRQ * nJ8; turn++) {
@@ -345,60 +378,61 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
     // read and never stored)
     let jq = blk % nJ8;
     var acc = Tile8(mat4x4f(), mat4x4f());
-    for (var s0 = 0u; s0 < p.K; s0 += MM_SLICE) {
+    for (var s0 = 0u; s0 < p.K; s0 += sd) {
       // Qg slice, four rows a vec4; S^T slice (S is [V, K] in memory), four columns a vec4
       // neighbouring invocations read neighbouring channels (coalesced), and store transposed
-      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
-        let dd = e % MM_SLICE;
+      for (var e = lid; e < sd * 16u; e += WG) {
+        let dd = e % sd;
         let d = s0 + dd;
-        let rows = 4u * (e / MM_SLICE) + lanes;
+        let rows = 4u * (e / sd) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
           value = select(vec4f(0.0), qg4At4(at.qg + qQg() + d, min(rows, vec4u(cv - 1u)) * p.K), rows < vec4u(cv));
         }
-        tileA[dd * 16u + e / MM_SLICE] = value;
+        outA[dd * 16u + ((e / sd) ^ (dd & 7u))] = value;
       }
-      for (var e = lid; e < MM_SLICE * VQ; e += WG) {
-        let dd = e % MM_SLICE;
+      for (var e = lid; e < sd * VQ; e += WG) {
+        let dd = e % sd;
         let d = s0 + dd;
-        let cols = 4u * (e / MM_SLICE) + lanes;
+        let cols = 4u * (e / sd) + lanes;
         var value = vec4f(0.0);
         if (d < p.K) {
           value = select(vec4f(0.0), states4At4(at.states + sS() + d, min(cols, vec4u(p.V - 1u)) * p.K), cols < vec4u(p.V));
         }
-        tileB[dd * VQ + e / MM_SLICE] = value;
+        outB[dd * VQ + ((e / sd) ^ (dd & bMask))] = value;
       }
       workgroupBarrier();
       if (mine) {
-        acc = mmSlice(acc, rq, jq, VQ, nJ8, min(MM_SLICE, p.K - s0));
+        acc = outSlice(acc, rq, jq, VQ, nJ8, min(sd, p.K - s0), bMask);
       }
       workgroupBarrier();
     }
-    for (var s0 = 0u; s0 < cv; s0 += MM_SLICE) {
-      // P slice (zero above the diagonal), four rows a vec4; Vn slice, four columns a vec4
-      for (var e = lid; e < MM_SLICE * 16u; e += WG) {
-        let ss = e % MM_SLICE;
+    for (var s0 = 0u; s0 < cv; s0 += sd) {
+      // P slice (zero above the diagonal), four rows a vec4; Vn slice, four columns a vec4 (rows
+      // of Vn are contiguous: not swizzled)
+      for (var e = lid; e < sd * 16u; e += WG) {
+        let ss = e % sd;
         let s = s0 + ss;
-        let rows = 4u * (e / MM_SLICE) + lanes;
+        let rows = 4u * (e / sd) + lanes;
         var value = vec4f(0.0);
         if (s < cv) {
           value = select(vec4f(0.0), tri4At4(at.tri + rP() + s, min(rows, vec4u(cv - 1u)) * p.C), rows < vec4u(cv));
         }
-        tileA[ss * 16u + e / MM_SLICE] = value;
+        outA[ss * 16u + ((e / sd) ^ (ss & 7u))] = value;
       }
-      for (var e = lid; e < MM_SLICE * VQ; e += WG) {
+      for (var e = lid; e < sd * VQ; e += WG) {
         let s = s0 + e / VQ;
         var value = vec4f(0.0);
         if (s < cv) {
           value = states4Cols(at.states + sVn() + s * p.V, 4u * (e % VQ));
         }
-        tileB[e] = value;
+        outB[e] = value;
       }
       workgroupBarrier();
       // P is lower triangular: a tile's sum stops at its last row (the terms past it are exact
       // zeros)
       if (mine && 4u * rq + 4u > s0) {
-        acc = mmSlice(acc, rq, jq, VQ, nJ8, min(min(MM_SLICE, cv - s0), 4u * rq + 4u - s0));
+        acc = outSlice(acc, rq, jq, VQ, nJ8, min(min(sd, cv - s0), 4u * rq + 4u - s0), 0u);
       }
       workgroupBarrier();
     }

@@ -13,7 +13,8 @@
 // X and dL, comes from TRI where it is used (tBlock). Stages E and F run as dispatches of their
 // own (pairwiseGrads, gateCumsumBackward).
 
-// chunkGradsK's second tile stage, beside tileA
+// chunkGradsK's two tile stages (8 KB each)
+var<workgroup> tileA: array<vec4f, TILE_A_VEC4>;
 var<workgroup> tileK: array<vec4f, TILE_K_VEC4>;
 
 // Rows 4 rq.. of channel d of a [C, K] region of gs as one vec4, zero past cv and K (neighbouring

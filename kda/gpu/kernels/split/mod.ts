@@ -72,13 +72,18 @@ const SCAN_SLAB_VEC4 = 256;
  * 32 KB the scans' workgroups ran one an SM.
  */
 const SCAN_VEC4 = SCAN_STATE_VEC4 + 2 * SCAN_SLAB_VEC4;
-/** vec4s of the two tile stages of the tiled products (common.wgsl). */
-const TILE_A_VEC4 = 512;
-const TILE_B_VEC4 = 1024;
 /**
- * vec4s of chunkGradsK's second tile stage (grads_k.wgsl): with tileA it holds the C x C
- * square of dT, then X (half in each at C = 64): 16 KB in all (T is read from TRI).
+ * vec4s of chunkOutput's staged slices (forward.wgsl): MM_SLICE steps of 16 row quads of the left
+ * operand and of up to 32 column quads of the right (V <= 128; half as many steps up to V = 256),
+ * 12 KB in all.
  */
+const OUT_A_VEC4 = 256;
+const OUT_B_VEC4 = 512;
+/**
+ * vec4s of chunkGradsK's two tile stages (grads_k.wgsl): tileA and tileK hold the C x C square of
+ * dT, then X (half in each at C = 64): 16 KB in all (T is read from TRI).
+ */
+const TILE_A_VEC4 = 512;
 const TILE_K_VEC4 = 512;
 /** Channels (or value columns) per staged slice of the output and gradient products. */
 const MM_SLICE = 16;
@@ -337,7 +342,7 @@ export const SPLIT: KernelSet = {
   workgroupBytes: Math.max(
     PREP_VEC4 * 16,
     SCAN_VEC4 * 16,
-    (TILE_A_VEC4 + TILE_B_VEC4) * 16,
+    (OUT_A_VEC4 + OUT_B_VEC4) * 16,
     (TILE_A_VEC4 + TILE_K_VEC4) * 16,
     GV_VEC4 * 16,
   ),
@@ -357,8 +362,9 @@ export const SPLIT: KernelSet = {
     SCAN_ROWS_VEC4,
     SCAN_SLAB_VEC4,
     SCAN_VEC4,
+    OUT_A_VEC4,
+    OUT_B_VEC4,
     TILE_A_VEC4,
-    TILE_B_VEC4,
     TILE_K_VEC4,
     GRID_X,
   },
