@@ -323,15 +323,15 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 // ---- chunkOutput: O = Qg S + P Vn, one workgroup per (chunk, head) ----
 //
 // Tiled products, 4 x 8 register tiles (Tile8, common.wgsl): each output sums the channels in
-// ascending order, then the rows. The contraction runs in slices of sd steps staged in arrays of
-// the stage's own, 12 KB, which leave more of an SM's workgroup memory to others than the shared
-// tiles' 24 KB (the two measured the same on an H200: bench/results/ANALYSIS.md, sixteenth pass):
-// sd = MM_SLICE up to V = 128, half that past it. The staging loops give
-// neighbouring invocations neighbouring contraction steps (so that their loads from memory are
-// coalesced), whose vec4s lie a row of the staged slice apart: every such store would fall in one
-// bank group. So a step's vec4 of column quad q (of the left operand's 16 row quads, and of S^T's VQ
-// column quads where VQ is a multiple of 8) lies at q ^ (step & 7): a permutation of each aligned
-// run of eight.
+// ascending order, then the rows. The contraction runs in slices of sd steps (MM_SLICE up to V =
+// 128, half that past it) staged in arrays of the stage's own, 12 KB, which leave more of an SM's
+// workgroup memory to others than the shared tiles' 24 KB did (the two measured the same on an
+// H200: bench/results/ANALYSIS.md, sixteenth pass). The staging loops give neighbouring
+// invocations neighbouring contraction steps (so that their loads from memory are coalesced),
+// whose vec4s lie a row of the staged slice apart: every such store would fall in one bank group.
+// So a step's vec4 of column quad q (of the left operand's 16 row quads, and of S^T's VQ column
+// quads where VQ is a multiple of 8) lies at q ^ (step & 7): a permutation of each aligned run of
+// eight.
 
 // [sd][16] row quads of the left operand (Qg, then P); [sd][VQ] column quads of the right (S^T,
 // then Vn), VQ <= 32 at sd = MM_SLICE and <= 64 at half that (V <= 256)
