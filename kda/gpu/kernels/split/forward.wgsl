@@ -328,7 +328,7 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 // workgroup memory to others than the shared tiles' 24 KB did (the two measured the same on an
 // H200: bench/results/ANALYSIS.md, sixteenth pass). The staging loops give neighbouring
 // invocations neighbouring contraction steps (so that their loads from memory are coalesced),
-// whose vec4s lie a row of the staged slice apart: every such store would fall in one bank group.
+// whose vec4s lie a row of the staged slice apart: their stores would fall in one bank group.
 // So a step's vec4 of column quad q (of the left operand's 16 row quads, and of S^T's VQ column
 // quads where VQ is a multiple of 8) lies at q ^ (step & 7): a permutation of each aligned run of
 // eight.
