@@ -25,6 +25,7 @@ import { CallChecks, type RangeChecks } from "./range_checks.ts";
 import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
 import { chooseKernels } from "./kernels/mod.ts";
 import { typeName } from "../../base/check.ts";
+import { sizeOf } from "../../tape/mod.ts";
 import {
   inKernelBackward,
   inKernelForward,
@@ -118,7 +119,7 @@ function checkArray(
   labels: string,
   device: boolean,
 ): GpuArray {
-  const n = dims.reduce((a, b) => a * b, 1);
+  const n = sizeOf(dims);
   if (device) {
     if (!isGpuTensor(value)) {
       throw new TypeError(
@@ -217,7 +218,7 @@ function allocate<N extends string>(
 ): Record<N, GpuTensor> {
   const out = {} as Record<N, GpuTensor>;
   for (const [name, shape] of Object.entries(shapes) as [N, number[]][]) {
-    const bytes = bytesOf(shape.reduce((a, b) => a * b, 1), "f32");
+    const bytes = bytesOf(sizeOf(shape), "f32");
     out[name] = device
       ? new DeviceTensor(ctx, BufferSet.acquire(ctx.device, name, bytes), shape)
       : scratchTensor(scratch, name, shape);
@@ -253,18 +254,37 @@ function onDevice(
   return out;
 }
 
-/** Elements of a shape. */
-function sizeOf(shape: readonly number[]): number {
-  return shape.reduce((a, b) => a * b, 1);
-}
-
 /** Whole-buffer readbacks of results, in order. */
 function readsOf(tensors: GpuTensor[]): ReadPiece[] {
   return tensors.map((t) => ({
     buffer: t.buffer,
     offset: 0,
-    bytes: bytesOf(t.shape.reduce((a, b) => a * b, 1), "f32"),
+    bytes: bytesOf(sizeOf(t.shape), "f32"),
   }));
+}
+
+/**
+ * What a call reads back, for its job's run: nothing on device tensors (`into` undefined); from
+ * typed arrays its results, into `into`, and after them the flags of its value checks where any
+ * ran. `settle` reports those flags and gives the results' arrays alone, in order.
+ */
+function resultReads(
+  results: GpuTensor[],
+  into: FreshArrays | undefined,
+  checks: CallChecks | undefined,
+): {
+  run: { reads: ReadPiece[]; into?: FreshArrays };
+  settle(arrays: Float32Array[]): Float32Array[];
+} {
+  if (into === undefined) return { run: { reads: [] }, settle: (arrays) => arrays };
+  const flags = checks?.ran === true ? checks : undefined;
+  return {
+    run: { reads: [...readsOf(results), ...(flags !== undefined ? [flags.read()] : [])], into },
+    settle(arrays) {
+      if (flags !== undefined) flags.report(arrays.pop()!);
+      return arrays;
+    },
+  };
 }
 
 /** Releases the DeviceTensors among a call's results (after a failure). */
@@ -477,18 +497,12 @@ async function forward<A extends GpuArray>(
     });
     let saved: GpuSaved | undefined;
     // the checks' flags come back with the outputs, if they are read
-    const readChecks = into !== undefined && checks?.ran === true;
+    const read = resultReads(finalState ? [results.o, results.ht] : [results.o], into, checks);
     try {
-      const { arrays } = await job.run({
-        before: made.input.passes,
-        after: made.output.passes,
-        reads: into === undefined ? [] : [
-          ...readsOf(finalState ? [results.o, results.ht] : [results.o]),
-          ...(readChecks ? [checks!.read()] : []),
-        ],
-        ...(into !== undefined ? { into } : {}),
-      });
-      if (readChecks) checks!.report(arrays.pop()!);
+      const arrays = read.settle(
+        (await job.run({ before: made.input.passes, after: made.output.passes, ...read.run }))
+          .arrays,
+      );
       // a set that reads the inputs again in the backward keeps the DeviceTensors among them
       // until the handle is released
       if (save) {
@@ -637,17 +651,11 @@ async function backward<A extends GpuArray>(
         ...(gate?.aLog ? ["daLog" as const] : []),
         ...(gate?.dtBias ? ["ddtBias" as const] : []),
       ] as const;
-      const readChecks = into !== undefined && checks?.ran === true;
-      const { arrays } = await job.run({
-        before: made.input.passes,
-        after: made.output.passes,
-        reads: into === undefined ? [] : [
-          ...readsOf(order.map((k) => results[k])),
-          ...(readChecks ? [checks!.read()] : []),
-        ],
-        ...(into !== undefined ? { into } : {}),
-      });
-      if (readChecks) checks!.report(arrays.pop()!);
+      const read = resultReads(order.map((k) => results[k]), into, checks);
+      const arrays = read.settle(
+        (await job.run({ before: made.input.passes, after: made.output.passes, ...read.run }))
+          .arrays,
+      );
       const got = device ? order.map((k) => results[k]) : arrays;
       return Object.fromEntries(order.map((k, i) => [k, got[i]])) as unknown as
         & KdaGrads<GpuResult<A>>
