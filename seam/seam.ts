@@ -605,6 +605,26 @@ export class Seam<R> {
   }
 
   /**
+   * Whether the options and the environment leave a call to `arm` with nothing to decide or
+   * record: no wish for another arm in the options, neither variable naming another, and both
+   * readable. A caller that also knows `arm` to be the default and able to run the call may take
+   * it as one pinned to `arm` ({@linkcode Seam.runOnDevice}), which then chooses, counts and
+   * records what `dispatch` would.
+   *
+   * @param arm The arm.
+   * @param options The call's options.
+   * @returns Whether nothing but the default and the arm's limits decide the call.
+   */
+  leavesTo(arm: string, options: DispatchOptions = {}): boolean {
+    if (options.arm !== undefined && options.arm !== arm) return false;
+    const { env } = this.#policy;
+    return [env.require, env.force].every((name) => {
+      const { value, unreadable } = readEnv(name);
+      return !unreadable && (value === undefined || value === arm);
+    });
+  }
+
+  /**
    * Runs a call whose data already lives on one fused arm's device, so that no other arm can take
    * it without a host copy the caller did not ask for. The call is counted like any other. A wish
    * for another arm is refused when it is binding (`options.arm`, the require variable) and

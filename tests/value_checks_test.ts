@@ -202,7 +202,7 @@ async function errorOf(
     // an arm that ran every other pending check reports it, as the gpu arm does
     if (options.armReports === true) {
       checks.list.forEach(({ array, lo, hi }, i) => {
-        if (i % 2 === 0) checks.report(i, firstOutside(array, lo, hi) < 0);
+        if (i % 2 === 0) checks.report(i, firstOutside(array as Float32Array, lo, hi) < 0);
       });
     }
     await checks.verdict();

@@ -306,13 +306,14 @@ function setOf(kernels: string | undefined): KernelSet {
  * @param options `chunkSize`; `kernels`, the set to run (default: the rule's choice);
  *   `saveForBackward` keeps what {@linkcode gpuBackward} needs on the GPU; `outputs: false` returns
  *   no outputs (`o` and `ht` undefined; from typed arrays nothing is read back), for a forward run
- *   only for its backward; `gradsToHost` (with `saveForBackward`) says the first backward will
- *   read its gradients back to typed arrays, whose pages are then faulted in by worker threads
- *   from now on, while this call uploads (kda/gpu/fresh_arrays.ts); `checks`, value checks of
- *   the call's host arrays that the call runs on the bytes it uploads (kda/gpu/range_checks.ts),
- *   read back with its outputs, or with the gradients of the first backward on `saved` (the
- *   backward also runs those of its cotangents); the checks of arrays it does not upload are left
- *   unreported.
+ *   only for its backward; `outputsToHost` reads the outputs back to typed arrays from
+ *   GpuTensors too; `gradsToHost` (with `saveForBackward`) says the first backward will read its
+ *   gradients back to typed arrays (from GpuTensors too), whose pages are then faulted in by
+ *   worker threads from now on, while this call uploads (kda/gpu/fresh_arrays.ts); `checks`,
+ *   value checks of the call's host arrays (or of its snapshots of them, kda/gpu/snapshot.ts)
+ *   that the call runs on the bytes it computes on (kda/gpu/range_checks.ts), read back with its
+ *   outputs, or with the gradients of the first backward on `saved` (the backward also runs those
+ *   of its cotangents); the checks of arrays it does not take are left unreported.
  * @returns `o` and `ht` (Float32Arrays owning their buffers, or DeviceTensors), and `saved` with
  *   `saveForBackward` (release it when no more backward calls will come).
  * @throws {TypeError} When an array is not of the call's kind.
@@ -340,6 +341,7 @@ export async function gpuForward<A extends GpuArray>(
     kernels?: string;
     saveForBackward?: boolean;
     outputs?: boolean;
+    outputsToHost?: boolean;
     gradsToHost?: boolean;
     checks?: RangeChecks;
   },
@@ -386,6 +388,7 @@ async function forward<A extends GpuArray>(
     chunkSize: ChunkSize;
     saveForBackward?: boolean;
     outputs?: boolean;
+    outputsToHost?: boolean;
     gradsToHost?: boolean;
     checks?: RangeChecks;
   },
@@ -410,13 +413,15 @@ async function forward<A extends GpuArray>(
     !set.buffers.some((b) =>
       b.onlyForOutputs === true && Object.values(b.arrays ?? {}).includes("o")
     );
-  const results = allocate(ctx, scratch, device && keepOutputs, {
+  // outputs read back to typed arrays: always from typed arrays, on request from GpuTensors
+  const toHost = !device || options.outputsToHost === true;
+  const results = allocate(ctx, scratch, !toHost && keepOutputs, {
     ...(withO ? { o: [B, T, HV, V] } : {}),
     ...(finalState ? { ht: [N, HV, K, V] } : {}),
   } as Record<"o" | "ht", number[]>);
   // typed arrays read back what they return: its arrays are made ready while the call uploads;
   // likewise the gradients of the backward to come, when the caller says it will read them back
-  const into = device || !keepOutputs
+  const into = !toHost || !keepOutputs
     ? undefined
     : freshArrays(finalState ? [B * T * HV * V, N * HV * K * V] : [B * T * HV * V]);
   const gradsInto = save && options.gradsToHost === true
@@ -426,9 +431,11 @@ async function forward<A extends GpuArray>(
     const glue = await glueOf(ctx);
     const optionPasses = inKernel === undefined ? undefined : await inKernelPasses(ctx);
     // a forward that reads nothing back leaves its checks' flags to its backward
-    const checks = device
-      ? undefined
-      : await CallChecks.make(ctx, save && into === undefined ? kept : scratch, options.checks);
+    const checks = await CallChecks.make(
+      ctx,
+      save && into === undefined ? kept : scratch,
+      options.checks,
+    );
     const made = await ctx.scoped("gpuForward (upload and glue)", () => {
       if (layout.padded !== null) {
         const cu = layout.padded.cuSeqlens;
@@ -604,12 +611,13 @@ async function backward<A extends GpuArray>(
   // with the gate in the kernel, the gradients of its parameters that the forward had
   const gate = saved.inKernel?.inKernel.gate ?? null;
   const shapes = gradShapes(layout, gate);
-  const results = allocate(ctx, scratch, device, shapes);
   // typed arrays read the gradients back: into the arrays the forward started making, if it did
-  // (the first such backward on the handle), else arrays made while this call uploads
+  // (the first such backward on the handle, from GpuTensors too), else arrays made while this
+  // call uploads
   const started = saved.takeGradsInto();
-  if (device) started?.cancel();
-  const into = device ? undefined : started ?? freshArrays(Object.values(shapes).map(sizeOf));
+  const toHost = !device || started !== undefined;
+  const results = allocate(ctx, scratch, !toHost, shapes);
+  const into = toHost ? started ?? freshArrays(Object.values(shapes).map(sizeOf)) : undefined;
   // the forward's value checks, and this call's on its cotangents, read with the gradients
   const checks = saved.takeChecks();
   try {
@@ -617,7 +625,7 @@ async function backward<A extends GpuArray>(
     const optionPasses = saved.inKernel === undefined ? undefined : await inKernelPasses(ctx);
     const made = await ctx.scoped("gpuBackward (upload and glue)", () => {
       const arrays = onDevice(ctx, scratch, { dout: cotangents.dout, dht: cotangents.dht });
-      const checkPasses = device ? [] : checks?.passes(scratch, [
+      const checkPasses = checks?.passes(scratch, [
         [cotangents.dout, arrays.dout!],
         ...(arrays.dht !== undefined ? [[cotangents.dht, arrays.dht] as const] : []),
       ]) ?? [];
@@ -656,7 +664,7 @@ async function backward<A extends GpuArray>(
         (await job.run({ before: made.input.passes, after: made.output.passes, ...read.run }))
           .arrays,
       );
-      const got = device ? order.map((k) => results[k]) : arrays;
+      const got = toHost ? arrays : order.map((k) => results[k]);
       return Object.fromEntries(order.map((k, i) => [k, got[i]])) as unknown as
         & KdaGrads<GpuResult<A>>
         & KdaGateGrads<GpuResult<A>>;

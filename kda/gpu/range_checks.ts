@@ -15,8 +15,11 @@ import { compilePipelines, oncePerContext, type Pipelines } from "./_pipelines.t
 
 /** One check: every element of `array` lies in [lo, hi] (NaN in no interval). */
 export interface RangeCheck {
-  /** The host array checked (only Float32Arrays are checked on the device). */
-  readonly array: Float32Array | Float64Array;
+  /**
+   * The array checked: a host array (only Float32Arrays are checked on the device), or a call's
+   * snapshot of one on the device (kda/gpu/snapshot.ts).
+   */
+  readonly array: Float32Array | Float64Array | (GpuTensor & { readonly length: number });
   /** Least value allowed. */
   readonly lo: number;
   /** Greatest value allowed. */
@@ -218,7 +221,7 @@ export class CallChecks {
   ): ExtraPass[] {
     const out: ExtraPass[] = [];
     this.#list.forEach((check, index) => {
-      if (!(check.array instanceof Float32Array) || this.#ran.includes(index)) return;
+      if (check.array instanceof Float64Array || this.#ran.includes(index)) return;
       const upload = uploaded.find(([array]) => array === check.array)?.[1];
       if (upload === undefined) return;
       this.#ran.push(index);

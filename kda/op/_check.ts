@@ -1,7 +1,8 @@
 // Every argument check of the op's public boundary, in one message style:
 //   "<argument> must <expectation>: got <actual>"
 // One check serves both kinds of input: typed arrays (checked element by element, and copied, so
-// that a pending call computes on exactly the values that passed) and GpuTensors (checked as far
+// that a pending call computes on exactly the values that passed; or, for a call sure to run on
+// the gpu arm, uploaded as they are checked, kda/gpu/snapshot.ts) and GpuTensors (checked as far
 // as the host can see them: shape, dtype, buffer size and usage; reading their elements would be
 // the host sync those calls exist to avoid). The arms behind the seam assert their invariants but
 // do not validate again.
@@ -21,7 +22,8 @@ import { kernelSet } from "../gpu/kernel_set.ts";
 import "../gpu/kernels/mod.ts";
 import { checkInKernel, IN_KERNEL_KEYS } from "./_options.ts";
 import { copyArray } from "./_copies.ts";
-import { ValueChecks } from "./_value_checks.ts";
+import { type CheckedArray, ValueChecks } from "./_value_checks.ts";
+import type { DeviceSnapshots } from "../gpu/snapshot.ts";
 import {
   checkKnownKeys,
   checkObject,
@@ -71,7 +73,7 @@ function checkFloatKind(
 }
 
 /** Checks through `checks` that every element is finite (within ±Number.MAX_VALUE, not NaN). */
-function checkFinite(name: string, x: Float, checks: ValueChecks): void {
+function checkFinite(name: string, x: CheckedArray, checks: ValueChecks): void {
   checks.check(
     x,
     -Number.MAX_VALUE,
@@ -84,17 +86,24 @@ function checkFinite(name: string, x: Float, checks: ValueChecks): void {
  * A copy of one array argument, checked as {@linkcode checkFloatArray} checks (the copy is what
  * is checked and what the call computes on, so that a change to the caller's array while the
  * call is pending cannot reach it): its type and length at once, its values through `checks`
- * (at once, or by workers for a large copy; _value_checks.ts). The copy goes into shared memory a
- * finished call may have given back (_copies.ts).
+ * (at once, or on the device for a large copy; _value_checks.ts). The copy goes into memory a
+ * finished call may have given back (_copies.ts). A call that takes `snapshots` uploads the array
+ * instead, as its copy (kda/gpu/snapshot.ts).
  */
 function checkedCopy(
   name: string,
   x: unknown,
-  length: number,
-  kind: { dtype: ComputeDType; checks: ValueChecks },
+  shape: readonly number[],
+  kind: HostKind,
   shapeText: string,
-): Float {
+): CheckedArray {
+  const length = shape.reduce((a, b) => a * b, 1);
   checkFloatKind(name, x, length, kind.dtype, shapeText);
+  if (kind.snapshots !== undefined) {
+    const snapshot = kind.snapshots.take(x as Float32Array, shape);
+    checkFinite(name, snapshot, kind.checks);
+    return snapshot;
+  }
   const copy = copyArray(kind.dtype === "f64" ? Float64Array : Float32Array, length);
   copy.set(x);
   checkFinite(name, copy, kind.checks);
@@ -102,7 +111,7 @@ function checkedCopy(
 }
 
 /** Checks that every entry of a checked gate array is a log decay (≤ 0). */
-function checkGates(name: string, g: Float, checks: ValueChecks): void {
+function checkGates(name: string, g: CheckedArray, checks: ValueChecks): void {
   checks.check(
     g,
     -Infinity,
@@ -184,19 +193,30 @@ function checkGpuTensor(
   return bufferView(value);
 }
 
-/** How a call's arrays are checked: host arrays of a dtype (their values through `checks`), or GpuTensors. */
-type ArrayKind = { device: false; dtype: ComputeDType; checks: ValueChecks } | { device: true };
+/**
+ * How a call's host arrays are checked: of a dtype, their values through `checks`, and copied, or
+ * (f32, with `snapshots`) uploaded as they are checked.
+ */
+type HostKind = {
+  device: false;
+  dtype: ComputeDType;
+  checks: ValueChecks;
+  snapshots?: DeviceSnapshots;
+};
 
-/** One array of a call, checked for its kind: a checked copy, or the GpuTensor itself. */
+/** How a call's arrays are checked: host arrays, or GpuTensors. */
+type ArrayKind = HostKind | { device: true };
+
+/** One array of a call, checked for its kind: a checked copy or snapshot, or the GpuTensor itself. */
 function checkArray(
   name: string,
   x: unknown,
   shape: readonly number[],
   shapeText: string,
   kind: ArrayKind,
-): Float | GpuTensor {
+): CheckedArray | GpuTensor {
   if (kind.device) return checkGpuTensor(name, x, shape, shapeText);
-  return checkedCopy(name, x, shape.reduce((a, b) => a * b, 1), kind, shapeText);
+  return checkedCopy(name, x, shape, kind, shapeText);
 }
 
 const ARRAY_KEYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const;
@@ -309,10 +329,28 @@ function checkHeads(
   return { H, K, V, HV };
 }
 
-/** A checked call: its problem on host arrays (checked copies) or on GpuTensors. */
+/**
+ * A checked call: its problem on host arrays (checked copies), on snapshots of them on the
+ * device (`snapshots`, which the call seals before its first await and releases when done), or on
+ * GpuTensors.
+ */
 export type CheckedInputs =
-  | { device: false; problem: KdaProblem<Float>; dtype: ComputeDType }
-  | { device: true; problem: KdaProblem<GpuTensor>; dtype: "f32" };
+  | { device: false; problem: KdaProblem<Float>; dtype: ComputeDType; snapshots?: undefined }
+  | { device: false; problem: KdaProblem<GpuTensor>; dtype: "f32"; snapshots: DeviceSnapshots }
+  | { device: true; problem: KdaProblem<GpuTensor>; dtype: "f32"; snapshots?: undefined };
+
+/** The dimensions of a call as checked so far, for a caller deciding where it will run. */
+export interface CallDims {
+  B: number;
+  T: number;
+  H: number;
+  K: number;
+  V: number;
+  HV?: number;
+  cuSeqlens?: Int32Array;
+  /** The query scale, or NaN when the call's scale is not a finite number (it will be refused). */
+  scale: number;
+}
 
 /**
  * Validates the raw inputs of the op once, at the public boundary, for either kind of input.
@@ -320,12 +358,17 @@ export type CheckedInputs =
  * @param inputs What the caller passed.
  * @param how `gateInKernel`: g is the raw gate of the in-kernel options (docs/kda.md 2.8), any
  *   finite value, rather than a log decay (≤ 0); `checks`: where the values of host arrays are
- *   checked (default: at once, each error thrown as met).
+ *   checked (default: at once, each error thrown as met); `snapshotsFor`: for f32 host arrays, once
+ *   the dimensions passed, the snapshots to upload them into instead of copying them (null: copy).
  * @returns The problem the arms see (scale resolved; host arrays copied as checked) and its dtype.
  */
 export function checkKdaInputs(
   inputs: unknown,
-  how: { gateInKernel?: boolean; checks?: ValueChecks } = {},
+  how: {
+    gateInKernel?: boolean;
+    checks?: ValueChecks;
+    snapshotsFor?: (dims: CallDims) => DeviceSnapshots | null;
+  } = {},
 ): CheckedInputs {
   const x = checkObject("inputs", inputs);
   checkKnownKeys("inputs", x, INPUT_KEYS, FLA_NAMES);
@@ -338,14 +381,30 @@ export function checkKdaInputs(
   const hv = x.HV === undefined ? "H" : "HV", n = cuSeqlens === undefined ? "B" : "N";
   const dtype = device ? "f32" : computeDtypeOf(x.q, "inputs.q");
   const checks = how.checks ?? new ValueChecks();
-  const kind: ArrayKind = device ? { device: true } : { device: false, dtype, checks };
+  const snapshots = device || dtype !== "f32" ? null : how.snapshotsFor?.({
+    B,
+    T,
+    H,
+    K,
+    V,
+    ...(HV !== H ? { HV } : {}),
+    ...(cuSeqlens !== undefined ? { cuSeqlens } : {}),
+    scale: x.scale === undefined
+      ? K ** -0.5
+      : typeof x.scale === "number" && Number.isFinite(x.scale)
+      ? x.scale
+      : NaN,
+  }) ?? null;
+  const kind: ArrayKind = device
+    ? { device: true }
+    : { device: false, dtype, checks, ...(snapshots !== null ? { snapshots } : {}) };
   const array = (name: string, shape: number[], labels: string) =>
     checkArray(`inputs.${name}`, x[name], shape, labels, kind);
   const q = array("q", [B, T, H, K], "[B, T, H, K]");
   const k = array("k", [B, T, H, K], "[B, T, H, K]");
   const v = array("v", [B, T, HV, V], `[B, T, ${hv}, V]`);
   const g = array("g", [B, T, HV, K], `[B, T, ${hv}, K]`);
-  if (!device && how.gateInKernel !== true) checkGates("inputs.g", g as Float, checks);
+  if (!device && how.gateInKernel !== true) checkGates("inputs.g", g as CheckedArray, checks);
   const beta = array("beta", [B, T, HV], `[B, T, ${hv}]`);
   const h0 = x.h0 === undefined ? undefined : array("h0", [N, HV, K, V], `[${n}, ${hv}, K, V]`);
   const aLog = x.aLog === undefined ? undefined : array("aLog", [HV], `[${hv}]`);
@@ -374,6 +433,8 @@ export function checkKdaInputs(
   };
   return device
     ? { device, problem: problem as KdaProblem<GpuTensor>, dtype: "f32" }
+    : snapshots !== null
+    ? { device, problem: problem as KdaProblem<GpuTensor>, dtype: "f32", snapshots }
     : { device, problem: problem as KdaProblem<Float>, dtype };
 }
 
@@ -381,13 +442,19 @@ export function checkKdaInputs(
  * Validates the cotangents of the op's outputs for a checked problem, of the problem's kind.
  *
  * @param cotangents What the caller passed.
- * @param checked The checked inputs, and where host arrays' values are checked (`checks`,
- *   default: at once).
- * @returns The cotangents: checked copies, or GpuTensors.
+ * @param checked The checked inputs, where host arrays' values are checked (`checks`, default: at
+ *   once), and the snapshots a call on snapshots takes its cotangents into.
+ * @returns The cotangents: checked copies or snapshots, or GpuTensors.
  */
 export function checkKdaCotangents<A extends Float | GpuTensor>(
   cotangents: unknown,
-  checked: { problem: KdaProblem<A>; dtype: ComputeDType; device: boolean; checks?: ValueChecks },
+  checked: {
+    problem: KdaProblem<A>;
+    dtype: ComputeDType;
+    device: boolean;
+    checks?: ValueChecks;
+    snapshots?: DeviceSnapshots;
+  },
 ): KdaCotangents<A> {
   const c = checkObject("cotangents", cotangents);
   checkKnownKeys("cotangents", c, ["dout", "dht"], FLA_NAMES);
@@ -397,9 +464,12 @@ export function checkKdaCotangents<A extends Float | GpuTensor>(
   const N = problem.cuSeqlens === undefined ? B : problem.cuSeqlens.length - 1;
   const hv = problem.HV === undefined ? "H" : "HV", n = problem.cuSeqlens === undefined ? "B" : "N";
   onDevice(c, ["dout", "dht"], "cotangents");
-  const kind: ArrayKind = device
-    ? { device: true }
-    : { device: false, dtype, checks: checked.checks ?? new ValueChecks() };
+  const kind: ArrayKind = device ? { device: true } : {
+    device: false,
+    dtype,
+    checks: checked.checks ?? new ValueChecks(),
+    ...(checked.snapshots !== undefined ? { snapshots: checked.snapshots } : {}),
+  };
   const dout = checkArray("cotangents.dout", c.dout, [B, T, HV, V], `[B, T, ${hv}, V]`, kind);
   const dht = c.dht === undefined
     ? undefined

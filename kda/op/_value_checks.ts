@@ -10,10 +10,12 @@
 // error against the verdict of the pending checks before it (as any later error of its own, a
 // wrong cotangent, say), so that an earlier check's error wins, as it did when every check ran at
 // once. A check the device failed has its element found on the host copy, which holds the bytes
-// the device read.
+// the device read; a call that uploaded its arrays as it checked them, with no host copy
+// (kda/gpu/snapshot.ts), finds it by reading the upload back.
 
 import type { Float } from "../_types.ts";
 import type { RangeCheck, RangeChecks } from "../gpu/mod.ts";
+import { DeviceSnapshot } from "../gpu/snapshot.ts";
 
 /** Bytes of a copy from which a call leaves its checks pending (below: it checks it at once). */
 export const DEFER_CHECK_BYTES = 2 ** 20;
@@ -21,8 +23,11 @@ export const DEFER_CHECK_BYTES = 2 ** 20;
 /** The error of an element outside its interval, built from the element and its index. */
 export type ValueError = (value: number, index: number) => RangeError;
 
+/** What a check reads: a checked copy, or a snapshot on the device. */
+export type CheckedArray = Float | DeviceSnapshot;
+
 interface Pending extends RangeCheck {
-  readonly array: Float;
+  readonly array: CheckedArray;
   readonly error: ValueError;
   /** What an arm reported: whether every element passed on its device. */
   outcome?: boolean;
@@ -47,6 +52,19 @@ export function firstOutside(a: Float, lo: number, hi: number): number {
     if (!(v >= lo && v <= hi)) return i;
   }
   return -1;
+}
+
+/** A pending check's error on these elements (its copy, or its snapshot read back), or null. */
+function failureOf(index: number, p: Pending, array: Float): Error | null {
+  const i = firstOutside(array, p.lo, p.hi);
+  if (i >= 0) return p.error(array[i], i);
+  if (p.outcome === false) {
+    return new Error(
+      `internal: pending value check ${index} failed on the device, but its copy holds no ` +
+        `element outside [${p.lo}, ${p.hi}]`,
+    );
+  }
+  return null;
 }
 
 /**
@@ -106,28 +124,31 @@ export class ValueChecks implements RangeChecks {
    * Checks that every element of `array` lies in [lo, hi]: at once, or (a large copy) left
    * pending until an arm reports it or the verdict is asked for.
    *
-   * @param array The checked copy.
+   * @param array The checked copy, or a snapshot (checked at once on the caller's array, which it
+   *   holds while the call checks, else on the device).
    * @param lo Least value allowed.
    * @param hi Greatest value allowed.
    * @param error The error of an element outside.
    * @throws {RangeError} At once, when the check ran at once and failed (settle it: an earlier
    *   pending check may have failed first).
    */
-  check(array: Float, lo: number, hi: number, error: ValueError): void {
+  check(array: CheckedArray, lo: number, hi: number, error: ValueError): void {
     if (array.byteLength >= this.#deferBytes) {
       if (this.#verdict !== null) throw new Error("internal: a value check after the verdict");
       this.#pending.push({ array, lo, hi, error });
       return;
     }
-    const i = firstOutside(array, lo, hi);
-    if (i >= 0) throw error(array[i], i);
+    const host = array instanceof DeviceSnapshot ? array.host : array;
+    const i = firstOutside(host, lo, hi);
+    if (i >= 0) throw error(host[i], i);
   }
 
   /**
    * The verdict of the pending checks: resolves when every one passed, else rejects with the first
    * failure in order. Those an arm reported passed are done; the others are checked now, on the
-   * calling thread. Ask for it once the call has run (a report after it changes nothing); later
-   * calls return the same promise.
+   * calling thread (a snapshot's after reading it back: keep the snapshots until the verdict is
+   * in). Ask for it once the call has run (a report after it changes nothing); later calls return
+   * the same promise.
    *
    * @returns The verdict.
    */
@@ -143,31 +164,52 @@ export class ValueChecks implements RangeChecks {
    * @throws {RangeError} The first failing check's error.
    */
   decideNow(): void {
+    if (this.#verdict === null && this.#pending.some((p) => p.array instanceof DeviceSnapshot)) {
+      throw new Error("internal: a host arm was handed a call whose arrays are device snapshots");
+    }
     const failure = this.#decide();
     if (failure !== null) throw failure;
   }
 
-  /** Decides once: the first failure (null if none, or if decided before), kept as the verdict. */
+  /**
+   * Decides once, kept as the verdict: the first failure (null if none, if decided before, or if a
+   * snapshot must be read back first: then the verdict alone tells).
+   */
   #decide(): Error | null {
     if (this.#verdict !== null) return null;
+    const reads = this.#pending.some((p) =>
+      p.outcome !== true && p.array instanceof DeviceSnapshot
+    );
+    if (reads) {
+      this.#verdict = this.#firstFailureRead().then((failure) => {
+        if (failure !== null) throw failure;
+      });
+      this.#verdict.catch(() => {});
+      return null;
+    }
     const failure = this.#firstFailure();
     this.#verdict = failure === null ? Promise.resolve() : Promise.reject(failure);
     this.#verdict.catch(() => {});
     return failure;
   }
 
-  /** The first failing pending check's error, or null. */
+  /** #firstFailure for checks of snapshots: each undecided one read back as its turn comes. */
+  async #firstFailureRead(): Promise<Error | null> {
+    for (const [index, p] of this.#pending.entries()) {
+      if (p.outcome === true) continue;
+      const array = p.array instanceof DeviceSnapshot ? await p.array.read() : p.array;
+      const failure = failureOf(index, p, array);
+      if (failure !== null) return failure;
+    }
+    return null;
+  }
+
+  /** The first failing pending check's error, or null (no snapshot among those undecided). */
   #firstFailure(): Error | null {
-    for (const [index, { array, lo, hi, error, outcome }] of this.#pending.entries()) {
-      if (outcome === true) continue;
-      const i = firstOutside(array, lo, hi);
-      if (i >= 0) return error(array[i], i);
-      if (outcome === false) {
-        return new Error(
-          `internal: pending value check ${index} failed on the device, but its copy holds no ` +
-            `element outside [${lo}, ${hi}]`,
-        );
-      }
+    for (const [index, p] of this.#pending.entries()) {
+      if (p.outcome === true) continue;
+      const failure = failureOf(index, p, p.array as Float);
+      if (failure !== null) return failure;
     }
     return null;
   }

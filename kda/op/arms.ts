@@ -37,6 +37,7 @@ import {
   kernelSet,
   type RangeChecks,
 } from "../gpu/mod.ts";
+import { type GpuContext, readyContext } from "../gpu/device.ts";
 import { recurrentForward } from "../cpu/_step_math.ts";
 import {
   type HostInKernelSaved,
@@ -343,6 +344,20 @@ function gpuKernelsOf(request: KdaRequest): { name: string; note: string | null 
     : chooseKernels(request.kernels);
 }
 
+/**
+ * Why the gpu arm cannot run a call on the device it has now, or null: synchronous (no device
+ * ready is a reason), as its whyNot decides once the device is there.
+ */
+function gpuWhyNotNow(request: KdaRequest, backward: boolean): string | null {
+  const dims = headDimProblem(request.K, request.V, "gpu");
+  if (dims !== null) return dims;
+  const kernels = gpuKernelsOf(request).name;
+  if (backward && kernelSet(kernels).backward === null) {
+    return `the kernel set ${kernels} has no backward, and this call needs one`;
+  }
+  return gpuUnsupportedReason(request, request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu, kernels);
+}
+
 const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
   name: "gpu",
   kind: "fused",
@@ -352,11 +367,7 @@ const gpuArm: FusedArm<KdaRequest, GpuNodeSaved> = {
     if (dims !== null) return dims;
     const status = await gpuStatus();
     if (!status.available) return `the gpu arm is unavailable: ${status.reason}`;
-    const kernels = gpuKernelsOf(request).name;
-    if (call.backward && kernelSet(kernels).backward === null) {
-      return `the kernel set ${kernels} has no backward, and this call needs one`;
-    }
-    return gpuUnsupportedReason(request, request.chunkSize ?? DEFAULT_CHUNK_SIZES.gpu, kernels);
+    return gpuWhyNotNow(request, call.backward);
   },
   variant: gpuKernelsOf,
   async forward(request, inputs, save) {
@@ -476,6 +487,38 @@ export async function withKdaSeam<T>(seam: Seam<KdaRequest>, fn: () => Promise<T
   } finally {
     seamInUse = undefined;
   }
+}
+
+/**
+ * The gpu arm's device when a call of f32 arrays, as it is checked, is sure to run there: on
+ * kdaSeam (no seam of the proof's in use), with nothing in its options or the environment wanting
+ * another arm, the gpu arm its default (a hardware adapter) or its wish, a device ready, and
+ * nothing the arm would decline. Such a call may upload its arrays as it checks them
+ * (kda/gpu/snapshot.ts) and run pinned to the gpu arm, which chooses, counts and records what
+ * dispatching it would. Null otherwise: the call copies its arrays and dispatches.
+ *
+ * @param request The call's request.
+ * @param options The call's arm, strictness and quietness.
+ * @param backward Whether the call runs a backward too.
+ * @returns The device context, or null.
+ *
+ * @example Usage
+ * ```ts
+ * import { gpuRunsNow } from "./arms.ts";
+ * const request = { B: 1, T: 4, H: 1, K: 4, V: 4, scale: 0.5 };
+ * console.log(gpuRunsNow(request, { arm: "cpu" }, false)); // null: the call wants the cpu arm
+ * ```
+ */
+export function gpuRunsNow(
+  request: KdaRequest,
+  options: DispatchOptions,
+  backward: boolean,
+): GpuContext | null {
+  if (seamInUse !== undefined || !kdaSeam.leavesTo("gpu", options)) return null;
+  const ctx = readyContext();
+  if (typeof ctx === "string") return null;
+  if (options.arm === undefined && isSoftwareAdapter(ctx.info)) return null;
+  return gpuWhyNotNow(request, backward) === null ? ctx : null;
 }
 
 /**

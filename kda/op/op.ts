@@ -1,7 +1,9 @@
 // The raw KDA op and its vector-Jacobian product, on typed arrays or on GpuTensors: the inputs are
 // checked once here (kda/op/_check.ts, for both kinds), then the seam runs whichever arm the
 // options, the environment and the arms' limits pick (kda/op/arms.ts). Typed arrays go through a
-// tape; GpuTensors are pinned to the gpu arm, which runs them with no host sync.
+// tape; GpuTensors are pinned to the gpu arm, which runs them with no host sync. Typed f32 arrays
+// of a call sure to run on the gpu arm are uploaded as they are checked, instead of copied, and
+// the call runs pinned to the gpu arm on its snapshots (kda/gpu/snapshot.ts).
 
 import { alloc, Tape, Tensor } from "../../tape/mod.ts";
 import type { SeamCounts, SeamDecision } from "../../seam/seam.ts";
@@ -21,6 +23,7 @@ import type {
   PublicFloat,
 } from "../_types.ts";
 import {
+  type CallDims,
   type CheckedInputs,
   type CheckedOptions,
   checkKdaCotangents,
@@ -33,7 +36,15 @@ import { type StorageDType, storageDtypeOf } from "../../base/dtype.ts";
 import { narrowHalf, widenHalf } from "./_half.ts";
 import { giveBackCopies } from "./_copies.ts";
 import { DEFER_CHECK_BYTES, ValueChecks } from "./_value_checks.ts";
-import { DEFAULT_CHUNK_SIZES, type KdaRequest, kdaSeam, runKda, vjpKda } from "./arms.ts";
+import {
+  DEFAULT_CHUNK_SIZES,
+  gpuRunsNow,
+  type KdaRequest,
+  kdaSeam,
+  runKda,
+  vjpKda,
+} from "./arms.ts";
+import { DeviceSnapshots } from "../gpu/snapshot.ts";
 import { type DeviceTensor, type GpuTensor, pinTensors } from "../gpu/tensor.ts";
 import { chooseKernels, gpuBackward, gpuForward } from "../gpu/mod.ts";
 
@@ -150,8 +161,14 @@ function widenInputs(inputs: unknown): { inputs: unknown; storage: StorageDType 
 /**
  * Checks a call's options and inputs once: the options first (they say whether g is a raw gate),
  * then the arrays, then what ties the two together; the problem carries the resolved options.
+ * `snapshotsFor`, given the checked options, may have the f32 arrays uploaded as they are checked.
  */
-function checkCall(inputs: unknown, options: unknown, checks: ValueChecks): {
+function checkCall(
+  inputs: unknown,
+  options: unknown,
+  checks: ValueChecks,
+  snapshotsFor?: (dims: CallDims, opts: CheckedOptions) => DeviceSnapshots | null,
+): {
   checked: CheckedInputs;
   opts: CheckedOptions;
   finalState: boolean;
@@ -160,6 +177,7 @@ function checkCall(inputs: unknown, options: unknown, checks: ValueChecks): {
   const checked = checkKdaInputs(inputs, {
     gateInKernel: (opts.inKernel?.gate ?? null) !== null,
     checks,
+    ...(snapshotsFor !== undefined ? { snapshotsFor: (dims) => snapshotsFor(dims, opts) } : {}),
   });
   const inKernel = checkInKernelArrays(
     checked.problem,
@@ -198,6 +216,54 @@ function requestOf(
 /** The seam's options of a call: arm, strictness and quietness. */
 function seamOptions({ arm, strict, quiet }: CheckedOptions) {
   return { arm, strict, quiet };
+}
+
+/**
+ * A call's snapshots, taken as it checks its f32 arrays, when it is sure to run on the gpu arm
+ * (gpuRunsNow); `made` holds them for the call to release whatever happens.
+ */
+function snapshotCall(backward: boolean): {
+  made: { snapshots: DeviceSnapshots | null };
+  snapshotsFor: (dims: CallDims, opts: CheckedOptions) => DeviceSnapshots | null;
+} {
+  const made = { snapshots: null as DeviceSnapshots | null };
+  return {
+    made,
+    snapshotsFor(dims, opts) {
+      const ctx = gpuRunsNow(
+        requestOf(dims as KdaProblem<unknown>, opts),
+        seamOptions(opts),
+        backward,
+      );
+      made.snapshots = ctx === null ? null : new DeviceSnapshots(ctx);
+      return made.snapshots;
+    },
+  };
+}
+
+/**
+ * Runs a call on its snapshots on the gpu arm (as onGpu runs one on GpuTensors) and returns
+ * nothing unless its value checks pass; the snapshots are sealed first and released once the
+ * verdict is in (which may read them back).
+ */
+async function onSnapshots<T>(
+  snapshots: DeviceSnapshots,
+  problem: KdaProblem<GpuTensor>,
+  options: CheckedOptions,
+  checks: ValueChecks,
+  backward: boolean,
+  run: (chunkSize: ChunkSize, kernels: string) => Promise<T>,
+): Promise<T> {
+  snapshots.seal();
+  try {
+    const out = await onGpu(problem, options, backward, run, []);
+    await checks.verdict();
+    return out;
+  } catch (error) {
+    return await checks.settle(error);
+  } finally {
+    snapshots.release();
+  }
 }
 
 /**
@@ -298,16 +364,40 @@ export async function kda<F extends PublicFloat | GpuTensor, O extends KdaOption
   // the values of large copies are checked by the arm that uploads them, else after the run
   // (_value_checks.ts)
   const checks = new ValueChecks({ deferBytes: DEFER_CHECK_BYTES });
+  const snap = snapshotCall(false);
   let widened: ReturnType<typeof widenInputs>, call: ReturnType<typeof checkCall>;
   try {
     widened = widenInputs(inputs);
-    call = checkCall(widened.inputs, options, checks);
+    call = checkCall(
+      widened.inputs,
+      options,
+      checks,
+      widened.storage === null ? snap.snapshotsFor : undefined,
+    );
   } catch (error) {
-    return await checks.settle(error);
+    // the verdict may read the snapshots back: they go after it
+    try {
+      return await checks.settle(error);
+    } finally {
+      snap.made.snapshots?.release();
+    }
   }
   const { checked, opts, finalState } = call;
   const result = (o: unknown, ht: unknown) =>
     (finalState ? { o, ht } : { o }) as KdaResult<ResultArray<F>, O>;
+  if (checked.snapshots !== undefined) {
+    const problem = checked.problem;
+    const out = await onSnapshots(
+      checked.snapshots,
+      problem,
+      opts,
+      checks,
+      false,
+      (chunkSize, kernels) =>
+        gpuForward(problem, { chunkSize, kernels, outputsToHost: true, checks }),
+    );
+    return result(out.o, out.ht);
+  }
   if (checked.device) {
     const problem = checked.problem;
     const out = await onGpu(
@@ -393,11 +483,17 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
   // the values of large copies are checked by the arm that uploads them, else before a tape runs
   // (_value_checks.ts)
   const checks = new ValueChecks({ deferBytes: DEFER_CHECK_BYTES });
+  const snap = snapshotCall(true);
   let widened: ReturnType<typeof widenInputs>, call: ReturnType<typeof checkCall>;
   let hostCot: KdaCotangents<Float> | undefined;
   try {
     widened = widenInputs(inputs);
-    call = checkCall(widened.inputs, options, checks);
+    call = checkCall(
+      widened.inputs,
+      options,
+      checks,
+      widened.storage === null ? snap.snapshotsFor : undefined,
+    );
     checkNoDht(cotangents, call.finalState);
     if (!call.checked.device) {
       const storage = widened.storage;
@@ -405,13 +501,39 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
         storage !== null
           ? widenHalf("cotangents", checkObject("cotangents", cotangents), ["dout", "dht"], storage)
           : cotangents,
-        { ...call.checked, checks },
+        // a call on snapshots takes its cotangents into them too
+        { ...call.checked, problem: call.checked.problem as KdaProblem<Float>, checks },
       );
     }
   } catch (error) {
-    return await checks.settle(error);
+    // the verdict may read the snapshots back: they go after it
+    try {
+      return await checks.settle(error);
+    } finally {
+      snap.made.snapshots?.release();
+    }
   }
   const { checked, opts, finalState } = call;
+  if (checked.snapshots !== undefined) {
+    // the cotangents were taken into the call's snapshots as they were checked
+    const problem = checked.problem;
+    const cot = hostCot as unknown as KdaCotangents<GpuTensor>;
+    return await onSnapshots(checked.snapshots, problem, opts, checks, true, async (C, kernels) => {
+      const { saved } = await gpuForward(problem, {
+        chunkSize: C,
+        kernels,
+        saveForBackward: true,
+        outputs: false,
+        gradsToHost: true,
+        checks,
+      });
+      try {
+        return await gpuBackward(saved!, cot);
+      } finally {
+        saved!.release(true);
+      }
+    }) as unknown as KdaVjpResult<ResultArray<F>>;
+  }
   if (checked.device) {
     const problem = checked.problem;
     const cot = checkKdaCotangents(cotangents, { ...checked, problem });
