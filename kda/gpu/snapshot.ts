@@ -126,13 +126,15 @@ export class DeviceSnapshot implements GpuTensor {
  * ```ts
  * import assert from "node:assert/strict";
  * import { getContext } from "./device.ts";
- * import { gpuLiveBuffers } from "./buffers.ts";
+ * import { gpuLiveBuffers, gpuSettled } from "./buffers.ts";
  * import { DeviceSnapshots } from "./snapshot.ts";
  * const ctx = await getContext();
+ * await gpuSettled();
  * const before = gpuLiveBuffers();
  * const snapshots = new DeviceSnapshots(ctx);
  * snapshots.take(new Float32Array(8), [8]);
  * snapshots.release();
+ * await gpuSettled(); // the upload's buffer goes once the queue is done with it
  * assert.equal(gpuLiveBuffers(), before);
  * ```
  */
