@@ -92,8 +92,11 @@ class SavedCall implements GpuSaved {
   }
 }
 
+/** A call's dimensions as its results have them (the caller's: B, T, H, HV, K, V and N). */
+type ResultDims = Pick<Layout, "B" | "T" | "H" | "HV" | "K" | "V" | "N">;
+
 /** The gradients a backward returns, in order, with their shapes. */
-function gradShapes(layout: Layout, gate: { aLog?: unknown; dtBias?: unknown } | null) {
+function gradShapes(layout: ResultDims, gate: { aLog?: unknown; dtBias?: unknown } | null) {
   const { B, T, H, HV, K, V, N } = layout;
   return {
     dq: [B, T, H, K],
@@ -105,6 +108,50 @@ function gradShapes(layout: Layout, gate: { aLog?: unknown; dtBias?: unknown } |
     ...(gate?.aLog ? { daLog: [HV] } : {}),
     ...(gate?.dtBias ? { ddtBias: [HV * K] } : {}),
   } as Record<"dq" | "dk" | "dv" | "dg" | "dbeta" | "dh0" | "daLog" | "ddtBias", number[]>;
+}
+
+/**
+ * The lengths of the typed arrays a call reads back, in order: its outputs (o, and ht with the
+ * final state), or a backward's gradients (with those of aLog and dtBias where the gate in the
+ * kernel has them). A caller that starts making them early (freshArrays) asks for these.
+ *
+ * @param dims The call's B, T, H, HV, K, V and N (sequences).
+ * @param what The outputs with or without the final state, or the gradients with the gate's.
+ * @returns The lengths.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { resultLengths } from "./call.ts";
+ * const dims = { B: 1, T: 4, H: 1, HV: 1, K: 2, V: 3, N: 1 };
+ * assert.deepEqual(resultLengths(dims, { grads: false, finalState: true }), [12, 6]);
+ * ```
+ */
+export function resultLengths(
+  dims: ResultDims,
+  what:
+    | { grads: false; finalState: boolean }
+    | { grads: true; gate: { aLog: boolean; dtBias: boolean } | null },
+): number[] {
+  const { B, T, HV, K, V, N } = dims;
+  if (what.grads) return Object.values(gradShapes(dims, what.gate)).map(sizeOf);
+  return what.finalState ? [B * T * HV * V, N * HV * K * V] : [B * T * HV * V];
+}
+
+/** Arrays a caller started (freshArrays), checked to be of the lengths the call reads back. */
+function startedArrays(
+  started: FreshArrays | undefined,
+  lengths: number[],
+  what: string,
+): FreshArrays | undefined {
+  if (started === undefined) return undefined;
+  if (started.lengths.join() !== lengths.join()) {
+    started.cancel();
+    throw new Error(
+      `internal: ${what} started with lengths [${started.lengths.join(", ")}], the call reads ` +
+        `back [${lengths.join(", ")}]`,
+    );
+  }
+  return started;
 }
 
 function shapeText(dims: number[]): string {
@@ -309,7 +356,9 @@ function setOf(kernels: string | undefined): KernelSet {
  *   only for its backward; `outputsToHost` reads the outputs back to typed arrays from
  *   GpuTensors too; `gradsToHost` (with `saveForBackward`) says the first backward will read its
  *   gradients back to typed arrays (from GpuTensors too), whose pages are then faulted in by
- *   worker threads from now on, while this call uploads (kda/gpu/fresh_arrays.ts); `checks`,
+ *   worker threads from now on, while this call uploads (kda/gpu/fresh_arrays.ts);
+ *   `outputsInto` and `gradsInto`, those arrays when the caller started making them itself,
+ *   earlier (of resultLengths' lengths); `checks`,
  *   value checks of the call's host arrays (or of its snapshots of them, kda/gpu/snapshot.ts)
  *   that the call runs on the bytes it computes on (kda/gpu/range_checks.ts), read back with its
  *   outputs, or with the gradients of the first backward on `saved` (the backward also runs those
@@ -343,6 +392,8 @@ export async function gpuForward<A extends GpuArray>(
     outputs?: boolean;
     outputsToHost?: boolean;
     gradsToHost?: boolean;
+    outputsInto?: FreshArrays;
+    gradsInto?: FreshArrays;
     checks?: RangeChecks;
   },
 ): Promise<{ o: GpuResult<A>; ht: GpuResult<A>; saved?: GpuSaved }> {
@@ -390,6 +441,8 @@ async function forward<A extends GpuArray>(
     outputs?: boolean;
     outputsToHost?: boolean;
     gradsToHost?: boolean;
+    outputsInto?: FreshArrays;
+    gradsInto?: FreshArrays;
     checks?: RangeChecks;
   },
   unpinSaved: () => void,
@@ -421,12 +474,21 @@ async function forward<A extends GpuArray>(
   } as Record<"o" | "ht", number[]>);
   // typed arrays read back what they return: its arrays are made ready while the call uploads;
   // likewise the gradients of the backward to come, when the caller says it will read them back
+  const outLengths = resultLengths(layout, { grads: false, finalState });
   const into = !toHost || !keepOutputs
     ? undefined
-    : freshArrays(finalState ? [B * T * HV * V, N * HV * K * V] : [B * T * HV * V]);
+    : startedArrays(options.outputsInto, outLengths, "outputsInto") ?? freshArrays(outLengths);
+  const gate = inKernel?.gate ?? null;
+  const gradLengths = resultLengths(layout, {
+    grads: true,
+    gate: gate === null ? null : { aLog: gate.aLog === true, dtBias: gate.dtBias === true },
+  });
   const gradsInto = save && options.gradsToHost === true
-    ? freshArrays(Object.values(gradShapes(layout, inKernel?.gate ?? null)).map(sizeOf))
+    ? startedArrays(options.gradsInto, gradLengths, "gradsInto") ?? freshArrays(gradLengths)
     : undefined;
+  // arrays started for results this call does not read back are given up
+  if (options.outputsInto !== into) options.outputsInto?.cancel();
+  if (options.gradsInto !== gradsInto) options.gradsInto?.cancel();
   try {
     const glue = await glueOf(ctx);
     const optionPasses = inKernel === undefined ? undefined : await inKernelPasses(ctx);

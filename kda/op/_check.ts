@@ -350,6 +350,8 @@ export interface CallDims {
   cuSeqlens?: Int32Array;
   /** The query scale, or NaN when the call's scale is not a finite number (it will be refused). */
   scale: number;
+  /** Whether the call has aLog and dtBias (their gradients come back with the gate in the kernel). */
+  gateArrays: { aLog: boolean; dtBias: boolean };
 }
 
 /**
@@ -394,6 +396,7 @@ export function checkKdaInputs(
       : typeof x.scale === "number" && Number.isFinite(x.scale)
       ? x.scale
       : NaN,
+    gateArrays: { aLog: x.aLog !== undefined, dtBias: x.dtBias !== undefined },
   }) ?? null;
   const kind: ArrayKind = device
     ? { device: true }

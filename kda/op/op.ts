@@ -47,6 +47,8 @@ import {
 import { DeviceSnapshots } from "../gpu/snapshot.ts";
 import { type DeviceTensor, type GpuTensor, pinTensors } from "../gpu/tensor.ts";
 import { chooseKernels, gpuBackward, gpuForward } from "../gpu/mod.ts";
+import { resultLengths } from "../gpu/call.ts";
+import { type FreshArrays, freshArrays } from "../gpu/fresh_arrays.ts";
 
 export { DEFAULT_CHUNK_SIZES };
 
@@ -192,7 +194,10 @@ function checkCall(
 }
 
 function requestOf(
-  problem: KdaProblem<unknown>,
+  problem: Pick<
+    KdaProblem<unknown>,
+    "B" | "T" | "H" | "K" | "V" | "scale" | "HV" | "cuSeqlens" | "inKernel"
+  >,
   options: CheckedOptions,
   checks?: ValueChecks,
 ): KdaRequest {
@@ -220,25 +225,47 @@ function seamOptions({ arm, strict, quiet }: CheckedOptions) {
 
 /**
  * A call's snapshots, taken as it checks its f32 arrays, when it is sure to run on the gpu arm
- * (gpuRunsNow); `made` holds them for the call to release whatever happens.
+ * (gpuRunsNow); `made` holds them for the call to release whatever happens, and the host arrays of
+ * its results, which worker threads start making before the first upload, so that they are ready
+ * when the readback comes (kda/gpu/fresh_arrays.ts; the uploads are the calling thread's longest
+ * wait on such a call).
  */
 function snapshotCall(backward: boolean): {
-  made: { snapshots: DeviceSnapshots | null };
+  made: { snapshots: DeviceSnapshots | null; results: FreshArrays | undefined };
   snapshotsFor: (dims: CallDims, opts: CheckedOptions) => DeviceSnapshots | null;
 } {
-  const made = { snapshots: null as DeviceSnapshots | null };
+  const made = {
+    snapshots: null as DeviceSnapshots | null,
+    results: undefined as FreshArrays | undefined,
+  };
   return {
     made,
     snapshotsFor(dims, opts) {
       const ctx = gpuRunsNow(
-        requestOf(dims as KdaProblem<unknown>, opts),
+        requestOf(dims, opts),
         seamOptions(opts),
         backward,
       );
-      made.snapshots = ctx === null ? null : new DeviceSnapshots(ctx);
+      if (ctx === null) return null;
+      const HV = dims.HV ?? dims.H;
+      const N = dims.cuSeqlens === undefined ? dims.B : dims.cuSeqlens.length - 1;
+      const gate = opts.inKernel?.gate ?? null;
+      made.results = freshArrays(resultLengths(
+        { ...dims, HV, N },
+        backward
+          ? { grads: true, gate: gate === null ? null : dims.gateArrays }
+          : { grads: false, finalState: opts.inKernel?.finalState ?? true },
+      ));
+      made.snapshots = new DeviceSnapshots(ctx);
       return made.snapshots;
     },
   };
+}
+
+/** Releases a call's snapshots and gives up its result arrays unless taken (after its verdict). */
+function releaseSnapshotCall(made: ReturnType<typeof snapshotCall>["made"]): void {
+  made.snapshots?.release();
+  made.results?.cancel();
 }
 
 /**
@@ -247,14 +274,14 @@ function snapshotCall(backward: boolean): {
  * verdict is in (which may read them back).
  */
 async function onSnapshots<T>(
-  snapshots: DeviceSnapshots,
+  made: ReturnType<typeof snapshotCall>["made"],
   problem: KdaProblem<GpuTensor>,
   options: CheckedOptions,
   checks: ValueChecks,
   backward: boolean,
   run: (chunkSize: ChunkSize, kernels: string) => Promise<T>,
 ): Promise<T> {
-  snapshots.seal();
+  made.snapshots!.seal();
   try {
     const out = await onGpu(problem, options, backward, run, []);
     await checks.verdict();
@@ -262,7 +289,7 @@ async function onSnapshots<T>(
   } catch (error) {
     return await checks.settle(error);
   } finally {
-    snapshots.release();
+    releaseSnapshotCall(made);
   }
 }
 
@@ -379,7 +406,7 @@ export async function kda<F extends PublicFloat | GpuTensor, O extends KdaOption
     try {
       return await checks.settle(error);
     } finally {
-      snap.made.snapshots?.release();
+      releaseSnapshotCall(snap.made);
     }
   }
   const { checked, opts, finalState } = call;
@@ -387,14 +414,15 @@ export async function kda<F extends PublicFloat | GpuTensor, O extends KdaOption
     (finalState ? { o, ht } : { o }) as KdaResult<ResultArray<F>, O>;
   if (checked.snapshots !== undefined) {
     const problem = checked.problem;
+    const outputsInto = snap.made.results;
     const out = await onSnapshots(
-      checked.snapshots,
+      snap.made,
       problem,
       opts,
       checks,
       false,
       (chunkSize, kernels) =>
-        gpuForward(problem, { chunkSize, kernels, outputsToHost: true, checks }),
+        gpuForward(problem, { chunkSize, kernels, outputsToHost: true, outputsInto, checks }),
     );
     return result(out.o, out.ht);
   }
@@ -510,7 +538,7 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
     try {
       return await checks.settle(error);
     } finally {
-      snap.made.snapshots?.release();
+      releaseSnapshotCall(snap.made);
     }
   }
   const { checked, opts, finalState } = call;
@@ -518,13 +546,15 @@ export async function kdaVjp<F extends PublicFloat | GpuTensor>(
     // the cotangents were taken into the call's snapshots as they were checked
     const problem = checked.problem;
     const cot = hostCot as unknown as KdaCotangents<GpuTensor>;
-    return await onSnapshots(checked.snapshots, problem, opts, checks, true, async (C, kernels) => {
+    const gradsInto = snap.made.results;
+    return await onSnapshots(snap.made, problem, opts, checks, true, async (C, kernels) => {
       const { saved } = await gpuForward(problem, {
         chunkSize: C,
         kernels,
         saveForBackward: true,
         outputs: false,
         gradsToHost: true,
+        gradsInto,
         checks,
       });
       try {
