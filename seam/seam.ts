@@ -10,6 +10,7 @@
 
 import { customNode, type Data, type MaybePromise, tapeOf, type Tensor } from "../tape/mod.ts";
 import type { ComputeDType } from "../base/dtype.ts";
+import { readEnv } from "./_env.ts";
 
 /** How often each path of a seam was taken since its last reset. */
 export interface SeamCounts {
@@ -175,19 +176,6 @@ interface Choice {
 
 /** How many decisions a seam keeps; older ones are dropped (their count is kept in `index`). */
 const DECISION_LOG_SIZE = 64;
-
-/** Reads an environment variable, or says why it cannot be read. */
-function readEnv(name: string): { value: string | undefined; unreadable: boolean } {
-  let state: Deno.PermissionState;
-  try {
-    state = Deno.permissions.querySync({ name: "env", variable: name }).state;
-  } catch {
-    state = "denied";
-  }
-  if (state !== "granted") return { value: undefined, unreadable: true };
-  const value = Deno.env.get(name);
-  return { value: value === undefined || value === "" ? undefined : value, unreadable: false };
-}
 
 /**
  * A dispatcher for one op: it owns the counters and the decision log of that op.
@@ -605,11 +593,9 @@ export class Seam<R> {
   }
 
   /**
-   * Whether the options and the environment leave a call to `arm` with nothing to decide or
-   * record: no wish for another arm in the options, neither variable naming another, and both
-   * readable. A caller that also knows `arm` to be the default and able to run the call may take
-   * it as one pinned to `arm` ({@linkcode Seam.runOnDevice}), which then chooses, counts and
-   * records what `dispatch` would.
+   * Whether nothing in the options or the environment (both variables readable) wants another arm
+   * than `arm`: a caller that knows `arm` to be the default and able to run the call may then pin
+   * it there ({@linkcode Seam.runOnDevice}), which counts and records what `dispatch` would.
    *
    * @param arm The arm.
    * @param options The call's options.

@@ -19,9 +19,18 @@ import {
 import { bufferView, DeviceTensor, type GpuTensor, isGpuTensor, pinTensors } from "./tensor.ts";
 import { glueOf } from "./glue.ts";
 import { glueIn, glueOut, type Layout, layoutFor, scratchTensor, viewDims } from "./_call_view.ts";
-import type { ReadPiece } from "./readback.ts";
 import { type FreshArrays, freshArrays } from "./fresh_arrays.ts";
 import { CallChecks, type RangeChecks } from "./range_checks.ts";
+import {
+  allocate,
+  gradShapes,
+  releaseAll,
+  resultLengths,
+  resultReads,
+  startedArrays,
+} from "./_call_results.ts";
+
+export { resultLengths };
 import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
 import { chooseKernels } from "./kernels/mod.ts";
 import { typeName } from "../../base/check.ts";
@@ -90,68 +99,6 @@ class SavedCall implements GpuSaved {
     this.#offsets.destroyAll(whenIdle);
     this.#unpin();
   }
-}
-
-/** A call's dimensions as its results have them (the caller's: B, T, H, HV, K, V and N). */
-type ResultDims = Pick<Layout, "B" | "T" | "H" | "HV" | "K" | "V" | "N">;
-
-/** The gradients a backward returns, in order, with their shapes. */
-function gradShapes(layout: ResultDims, gate: { aLog?: unknown; dtBias?: unknown } | null) {
-  const { B, T, H, HV, K, V, N } = layout;
-  return {
-    dq: [B, T, H, K],
-    dk: [B, T, H, K],
-    dv: [B, T, HV, V],
-    dg: [B, T, HV, K],
-    dbeta: [B, T, HV],
-    dh0: [N, HV, K, V],
-    ...(gate?.aLog ? { daLog: [HV] } : {}),
-    ...(gate?.dtBias ? { ddtBias: [HV * K] } : {}),
-  } as Record<"dq" | "dk" | "dv" | "dg" | "dbeta" | "dh0" | "daLog" | "ddtBias", number[]>;
-}
-
-/**
- * The lengths of the typed arrays a call reads back, in order: its outputs (o, and ht with the
- * final state), or a backward's gradients (with those of aLog and dtBias where the gate in the
- * kernel has them). A caller that starts making them early (freshArrays) asks for these.
- *
- * @param dims The call's B, T, H, HV, K, V and N (sequences).
- * @param what The outputs with or without the final state, or the gradients with the gate's.
- * @returns The lengths.
- * @example
- * ```ts
- * import assert from "node:assert/strict";
- * import { resultLengths } from "./call.ts";
- * const dims = { B: 1, T: 4, H: 1, HV: 1, K: 2, V: 3, N: 1 };
- * assert.deepEqual(resultLengths(dims, { grads: false, finalState: true }), [12, 6]);
- * ```
- */
-export function resultLengths(
-  dims: ResultDims,
-  what:
-    | { grads: false; finalState: boolean }
-    | { grads: true; gate: { aLog: boolean; dtBias: boolean } | null },
-): number[] {
-  const { B, T, HV, K, V, N } = dims;
-  if (what.grads) return Object.values(gradShapes(dims, what.gate)).map(sizeOf);
-  return what.finalState ? [B * T * HV * V, N * HV * K * V] : [B * T * HV * V];
-}
-
-/** Arrays a caller started (freshArrays), checked to be of the lengths the call reads back. */
-function startedArrays(
-  started: FreshArrays | undefined,
-  lengths: number[],
-  what: string,
-): FreshArrays | undefined {
-  if (started === undefined) return undefined;
-  if (started.lengths.join() !== lengths.join()) {
-    started.cancel();
-    throw new Error(
-      `internal: ${what} started with lengths [${started.lengths.join(", ")}], the call reads ` +
-        `back [${lengths.join(", ")}]`,
-    );
-  }
-  return started;
 }
 
 function shapeText(dims: number[]): string {
@@ -253,26 +200,6 @@ export function callProblem(
   return how === "" ? limit : how + limit[0].toLowerCase() + limit.slice(1);
 }
 
-/**
- * The buffers of a call's results: DeviceTensors the caller will own (pooled or new) for a call on
- * device tensors, else the call's own scratch, read back and freed with it.
- */
-function allocate<N extends string>(
-  ctx: GpuContext,
-  scratch: BufferSet,
-  device: boolean,
-  shapes: Record<N, number[]>,
-): Record<N, GpuTensor> {
-  const out = {} as Record<N, GpuTensor>;
-  for (const [name, shape] of Object.entries(shapes) as [N, number[]][]) {
-    const bytes = bytesOf(sizeOf(shape), "f32");
-    out[name] = device
-      ? new DeviceTensor(ctx, BufferSet.acquire(ctx.device, name, bytes), shape)
-      : scratchTensor(scratch, name, shape);
-  }
-  return out;
-}
-
 /** Whether a set keeps an input's own buffer for its backward (a saved buffer of one array). */
 function bindsSavedInputs(set: KernelSet): boolean {
   return set.buffers.some((b) =>
@@ -299,44 +226,6 @@ function onDevice(
     out[name] = t;
   }
   return out;
-}
-
-/** Whole-buffer readbacks of results, in order. */
-function readsOf(tensors: GpuTensor[]): ReadPiece[] {
-  return tensors.map((t) => ({
-    buffer: t.buffer,
-    offset: 0,
-    bytes: bytesOf(sizeOf(t.shape), "f32"),
-  }));
-}
-
-/**
- * What a call reads back, for its job's run: nothing on device tensors (`into` undefined); from
- * typed arrays its results, into `into`, and after them the flags of its value checks where any
- * ran. `settle` reports those flags and gives the results' arrays alone, in order.
- */
-function resultReads(
-  results: GpuTensor[],
-  into: FreshArrays | undefined,
-  checks: CallChecks | undefined,
-): {
-  run: { reads: ReadPiece[]; into?: FreshArrays };
-  settle(arrays: Float32Array[]): Float32Array[];
-} {
-  if (into === undefined) return { run: { reads: [] }, settle: (arrays) => arrays };
-  const flags = checks?.ran === true ? checks : undefined;
-  return {
-    run: { reads: [...readsOf(results), ...(flags !== undefined ? [flags.read()] : [])], into },
-    settle(arrays) {
-      if (flags !== undefined) flags.report(arrays.pop()!);
-      return arrays;
-    },
-  };
-}
-
-/** Releases the DeviceTensors among a call's results (after a failure). */
-function releaseAll(tensors: Record<string, GpuTensor>): void {
-  for (const t of Object.values(tensors)) if (t instanceof DeviceTensor) t.release();
 }
 
 /** The set a call names (a RangeError listing the known ones), else the rule's choice. */

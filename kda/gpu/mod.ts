@@ -12,6 +12,7 @@
 //   glue.ts        grouped value heads and packed batches for sets that do not take them
 //   call.ts        the one road: upload, the job, one readback (none for device tensors)
 //   tensor.ts      GpuTensor, DeviceTensor and the host-sync count
+//   snapshot.ts    a typed call's arrays uploaded as the call checks them, in place of host copies
 //   _debug.ts      switches for tests and benchmarks
 //
 // A forward is one submit and (from typed arrays) one readback, a backward likewise. What the

@@ -12,6 +12,8 @@ import {
   type Float,
   type InKernel,
   type KdaCotangents,
+  type KdaDims,
+  type KdaLayout,
   type KdaProblem,
   MAX_HEAD_DIM,
 } from "../_types.ts";
@@ -340,14 +342,7 @@ export type CheckedInputs =
   | { device: true; problem: KdaProblem<GpuTensor>; dtype: "f32"; snapshots?: undefined };
 
 /** The dimensions of a call as checked so far, for a caller deciding where it will run. */
-export interface CallDims {
-  B: number;
-  T: number;
-  H: number;
-  K: number;
-  V: number;
-  HV?: number;
-  cuSeqlens?: Int32Array;
+export interface CallDims extends KdaDims, KdaLayout {
   /** The query scale, or NaN when the call's scale is not a finite number (it will be refused). */
   scale: number;
   /** Whether the call has aLog and dtBias (their gradients come back with the gate in the kernel). */
