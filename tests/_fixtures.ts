@@ -2,6 +2,7 @@
 // and the layer's group lists. Nothing here is a reference implementation: tests/_bptt.ts is.
 
 import type { Float, KdaCotangents, KdaDims, KdaProblem } from "../kda/_types.ts";
+import type { KdaInputs } from "../kda/op/op.ts";
 import { mulberry32, normal } from "../kda/layer/_random.ts";
 import { agreement } from "../checks/compare.ts";
 import { PARAMETER_TABLE, parameterNames } from "../kda/module.ts";
@@ -90,6 +91,15 @@ export function toF64(x: KdaProblem): KdaProblem {
   };
   if (x.h0 !== undefined) y.h0 = Float64Array.from(x.h0);
   return y;
+}
+
+/** The same inputs with every Float64Array narrowed to a Float32Array (the other fields as they are). */
+export function toF32(x: KdaInputs): KdaInputs<Float32Array> {
+  const out: Record<string, unknown> = { ...x };
+  for (const [k, v] of Object.entries(x)) {
+    if (v instanceof Float64Array) out[k] = Float32Array.from(v);
+  }
+  return out as unknown as KdaInputs<Float32Array>;
 }
 
 /** Checks agreements against a tolerance and keeps the worst one for a one-line summary. */

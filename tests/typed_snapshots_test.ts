@@ -19,23 +19,15 @@ import { Seam } from "../seam/seam.ts";
 import { snapshotsTaken } from "../kda/gpu/snapshot.ts";
 import { gpuLiveBuffers, gpuSettled } from "../kda/gpu/buffers.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
-import { bitsEqual, randomKda } from "./_fixtures.ts";
+import { bitsEqual, randomKda, toF32 } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
 reportMissingGpu("typed_snapshots_test.ts");
 
-function f32(x: KdaInputs): KdaInputs<Float32Array> {
-  const out: Record<string, unknown> = { ...x };
-  for (const [k, v] of Object.entries(x)) {
-    if (v instanceof Float64Array) out[k] = Float32Array.from(v);
-  }
-  return out as unknown as KdaInputs<Float32Array>;
-}
-
 const GPU = { arm: "gpu", strict: true, quiet: true, chunkSize: 16 } as const;
 
 function inputs(seed: number): KdaInputs<Float32Array> {
-  return f32(randomKda({ B: 2, T: 37, H: 2, K: 8, V: 6 }, seed, { withH0: true }));
+  return toF32(randomKda({ B: 2, T: 37, H: 2, K: 8, V: 6 }, seed, { withH0: true }));
 }
 
 /** The same call on a seam of kdaSeam's policy: no snapshot, the copying route. */
@@ -149,7 +141,7 @@ gpuTest("calls that may run elsewhere copy their arrays as before", async () => 
     "no arm named: snapshots only where the gpu arm is the default",
   );
   // a shape the gpu arm declines (K over 256) falls back, so it copies
-  const big = f32(randomKda({ B: 1, T: 3, H: 1, K: 260, V: 4 }, 26));
+  const big = toF32(randomKda({ B: 1, T: 3, H: 1, K: 260, V: 4 }, 26));
   await none(
     "a shape the gpu arm declines",
     () => kda(big, { arm: "gpu", quiet: true } as KdaOptions),

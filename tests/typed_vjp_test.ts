@@ -18,7 +18,7 @@ import { GRAD_NAMES } from "../kda/_types.ts";
 import { kdaSeam, withKdaSeam } from "../kda/op/arms.ts";
 import { type FusedArm, Seam, type SeamArm } from "../seam/seam.ts";
 import { gpuSyncs } from "../kda/gpu/tensor.ts";
-import { agreement, bitsEqual, randomKda } from "./_fixtures.ts";
+import { agreement, bitsEqual, randomKda, toF32 } from "./_fixtures.ts";
 import { DTYPES } from "../base/dtype.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
@@ -32,14 +32,6 @@ function tapeOnly(): Seam<never> {
     return rest as SeamArm<never>;
   });
   return new Seam({ ...kdaSeam.policy, arms } as never) as Seam<never>;
-}
-
-function f32(x: KdaInputs): KdaInputs<Float32Array> {
-  const out: Record<string, unknown> = { ...x };
-  for (const [k, v] of Object.entries(x)) {
-    if (v instanceof Float64Array) out[k] = Float32Array.from(v);
-  }
-  return out as unknown as KdaInputs<Float32Array>;
 }
 
 function wave(n: number, seed: number): Float32Array {
@@ -56,9 +48,9 @@ interface Case {
 
 function cases(): Case[] {
   const [H, K, V] = [2, 8, 6];
-  const plain = f32(randomKda({ B: 2, T: 37, H, K, V }, 11, { withH0: true }));
-  const noH0 = f32(randomKda({ B: 1, T: 20, H, K, V }, 12, { withH0: false }));
-  const packedBase = f32(randomKda({ B: 1, T: 45, H, K, V }, 13, { withH0: false }));
+  const plain = toF32(randomKda({ B: 2, T: 37, H, K, V }, 11, { withH0: true }));
+  const noH0 = toF32(randomKda({ B: 1, T: 20, H, K, V }, 12, { withH0: false }));
+  const packedBase = toF32(randomKda({ B: 1, T: 45, H, K, V }, 13, { withH0: false }));
   const HV = 4;
   const packed: KdaInputs<Float32Array> = {
     ...packedBase,
@@ -68,7 +60,7 @@ function cases(): Case[] {
     beta: wave(45 * HV, 3).map((x) => 0.5 + 0.4 * x),
     cuSeqlens: new Int32Array([0, 9, 9, 30, 45]),
   };
-  const raw = f32(randomKda({ B: 1, T: 24, H, K, V }, 14, { withH0: true }));
+  const raw = toF32(randomKda({ B: 1, T: 24, H, K, V }, 14, { withH0: true }));
   const inKernel: KdaInputs<Float32Array> = {
     ...raw,
     g: wave(24 * H * K, 4),
@@ -151,7 +143,7 @@ gpuTest(
     const [B, T, H, K, V] = [1, 33, 2, 8, 8];
     const options = { arm: "gpu", strict: true, quiet: true, chunkSize: 16 } as const;
     const x64 = [1, 2, 3].map((s) => randomKda({ B, T, H, K, V }, 20 + s, { withH0: true }));
-    const xs = x64.map(f32);
+    const xs = x64.map(toF32);
     const dout = (i: number) => wave(B * T * H * V, i);
     // the f64 reference on the very same values, which no copy of this call's is part of
     const refs = [];
