@@ -2,7 +2,8 @@
 // them instead of copying them on the host (kda/gpu/snapshot.ts): it gives the copying route's
 // bits, computes on what it checked whatever the caller does next, is counted and recorded as a
 // dispatched call is, leaks no buffer (a failed call neither), and reports a bad value as the
-// copying route does. Every call that could run elsewhere copies as before.
+// copying route does (a large array's found by reading its upload back). Every call that could run
+// elsewhere copies as before.
 
 import assert from "node:assert/strict";
 import {
@@ -19,6 +20,7 @@ import { Seam } from "../seam/seam.ts";
 import { snapshotsTaken } from "../kda/gpu/snapshot.ts";
 import { gpuLiveBuffers, gpuSettled } from "../kda/gpu/buffers.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
+import { DEFER_CHECK_BYTES } from "../kda/op/_value_checks.ts";
 import { bitsEqual, randomKda, toF32 } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
@@ -174,3 +176,42 @@ gpuTest("a failed call on snapshots leaks none and reports the copying route's e
   await gpuSettled();
   assert.equal(gpuLiveBuffers(), live, "the failed calls' snapshots were given back");
 });
+
+gpuTest(
+  "a large array's bad value on snapshots is named from the upload read back, as the copying route names it",
+  async () => {
+    await gpuStatus();
+    // q of DEFER_CHECK_BYTES: its check is left to the device
+    const [B, H, K, V] = [1, 1, 128, 128];
+    const T = DEFER_CHECK_BYTES / 4 / (H * K);
+    const fill = (n: number, v: number) => new Float32Array(n).fill(v);
+    const x = {
+      B,
+      T,
+      H,
+      K,
+      V,
+      q: fill(B * T * H * K, 0.01),
+      k: fill(B * T * H * K, 0.01),
+      v: fill(B * T * H * V, 0.1),
+      g: fill(B * T * H * K, -0.05),
+      beta: fill(B * T * H, 0.5),
+    };
+    x.q[123457] = Number.NaN;
+    const dout = fill(B * T * H * V, 0.01);
+    const message = /inputs\.q must be finite: got NaN at index 123457/;
+    const live = gpuLiveBuffers();
+    const calls: [string, () => Promise<unknown>][] = [
+      ["kda", () => kda(x, GPU)],
+      ["kdaVjp", () => kdaVjp(x, { dout }, GPU)],
+    ];
+    for (const [name, call] of calls) {
+      const taken = snapshotsTaken();
+      await assert.rejects(call, message, name);
+      assert.ok(snapshotsTaken() > taken, `${name}: on snapshots`);
+      await assert.rejects(() => copying(call), message, `${name}, copying`);
+    }
+    await gpuSettled();
+    assert.equal(gpuLiveBuffers(), live, "no snapshot left behind");
+  },
+);
