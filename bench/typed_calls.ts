@@ -1,5 +1,7 @@
-// kda and kdaVjp from typed arrays, as a user calls them (checked copies, upload, kernels, read
-// back), on the gpu arm: per shape, the first call's wall and the median of the calls after it.
+// kda and kdaVjp from typed arrays, as a user calls them (checks, upload, kernels, read back), on
+// the gpu arm: per shape, the first call's wall and the median of the calls after it. The first call
+// of a process copies its arrays (its device is made after its first await); the calls after it
+// upload them as they check them (kda/gpu/snapshot.ts).
 // The package is imported from --root (default: this checkout), so that the same script times
 // another tree of the package (an earlier commit checked out beside this one) on the same machine.
 // Prints one JSON line per shape and call.

@@ -364,16 +364,17 @@ async function forward<A extends GpuArray>(
   // typed arrays read back what they return: its arrays are made ready while the call uploads;
   // likewise the gradients of the backward to come, when the caller says it will read them back
   const outLengths = resultLengths(layout, { grads: false, finalState });
-  const into = !toHost || !keepOutputs
-    ? undefined
-    : startedArrays(options.outputsInto, outLengths, "outputsInto") ?? freshArrays(outLengths);
   const gate = inKernel?.gate ?? null;
   const gradLengths = resultLengths(layout, {
     grads: true,
     gate: gate === null ? null : { aLog: gate.aLog === true, dtBias: gate.dtBias === true },
   });
+  // arrays the caller started are checked before any is made here
+  const outStarted = startedArrays(options.outputsInto, outLengths, "outputsInto");
+  const gradsStarted = startedArrays(options.gradsInto, gradLengths, "gradsInto");
+  const into = !toHost || !keepOutputs ? undefined : outStarted ?? freshArrays(outLengths);
   const gradsInto = save && options.gradsToHost === true
-    ? startedArrays(options.gradsInto, gradLengths, "gradsInto") ?? freshArrays(gradLengths)
+    ? gradsStarted ?? freshArrays(gradLengths)
     : undefined;
   // arrays started for results this call does not read back are given up
   if (options.outputsInto !== into) options.outputsInto?.cancel();
