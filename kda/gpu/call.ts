@@ -365,10 +365,7 @@ async function forward<A extends GpuArray>(
   // likewise the gradients of the backward to come, when the caller says it will read them back
   const outLengths = resultLengths(layout, { grads: false, finalState });
   const gate = inKernel?.gate ?? null;
-  const gradLengths = resultLengths(layout, {
-    grads: true,
-    gate: gate === null ? null : { aLog: gate.aLog === true, dtBias: gate.dtBias === true },
-  });
+  const gradLengths = resultLengths(layout, { grads: true, gate });
   // arrays the caller started are checked before any is made here
   const outStarted = startedArrays(options.outputsInto, outLengths, "outputsInto");
   const gradsStarted = startedArrays(options.gradsInto, gradLengths, "gradsInto");

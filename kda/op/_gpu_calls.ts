@@ -5,7 +5,14 @@
 import type { ChunkSize, KdaProblem } from "../_types.ts";
 import type { CallDims, CheckedOptions } from "./_check.ts";
 import type { ValueChecks } from "./_value_checks.ts";
-import { DEFAULT_CHUNK_SIZES, gpuRunsNow, type KdaRequest, kdaSeam } from "./arms.ts";
+import {
+  DEFAULT_CHUNK_SIZES,
+  gpuRunsNow,
+  type KdaRequest,
+  kdaSeam,
+  statesOf,
+  valueHeads,
+} from "./arms.ts";
 import { DeviceSnapshots } from "../gpu/snapshot.ts";
 import { type GpuTensor, pinTensors } from "../gpu/tensor.ts";
 import { chooseKernels } from "../gpu/mod.ts";
@@ -63,17 +70,12 @@ export function snapshotCall(backward: boolean): {
   return {
     made,
     snapshotsFor(dims, opts) {
-      const ctx = gpuRunsNow(
-        requestOf(dims, opts),
-        seamOptions(opts),
-        backward,
-      );
+      const request = requestOf(dims, opts);
+      const ctx = gpuRunsNow(request, seamOptions(opts), backward);
       if (ctx === null) return null;
-      const HV = dims.HV ?? dims.H;
-      const N = dims.cuSeqlens === undefined ? dims.B : dims.cuSeqlens.length - 1;
       const gate = opts.inKernel?.gate ?? null;
       made.results = freshArrays(resultLengths(
-        { ...dims, HV, N },
+        { ...dims, HV: valueHeads(request), N: statesOf(request) },
         backward
           ? { grads: true, gate: gate === null ? null : dims.gateArrays }
           : { grads: false, finalState: opts.inKernel?.finalState ?? true },

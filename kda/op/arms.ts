@@ -115,13 +115,33 @@ function hasFinalState(request: KdaRequest): boolean {
   return request.inKernel?.finalState ?? true;
 }
 
-/** Value heads of a call. */
-function valueHeads(request: KdaRequest): number {
+/**
+ * Value heads of a call (HV, default H).
+ *
+ * @param request The call's request.
+ * @returns HV.
+ * @example Usage
+ * ```ts
+ * import { valueHeads } from "./arms.ts";
+ * valueHeads({ B: 1, T: 4, H: 2, K: 4, V: 4, scale: 0.5 }); // 2
+ * ```
+ */
+export function valueHeads(request: KdaRequest): number {
   return request.HV ?? request.H;
 }
 
-/** Sequences of a packed call (N), else the batch (B): the leading axis of h0 and ht. */
-function statesOf(request: KdaRequest): number {
+/**
+ * Sequences of a packed call (N), else the batch (B): the leading axis of h0 and ht.
+ *
+ * @param request The call's request.
+ * @returns N or B.
+ * @example Usage
+ * ```ts
+ * import { statesOf } from "./arms.ts";
+ * statesOf({ B: 1, T: 4, H: 1, K: 4, V: 4, scale: 0.5, cuSeqlens: new Int32Array([0, 1, 4]) }); // 2
+ * ```
+ */
+export function statesOf(request: KdaRequest): number {
   return request.cuSeqlens === undefined ? request.B : request.cuSeqlens.length - 1;
 }
 
