@@ -1,4 +1,4 @@
-// Where a chained kdaVjp's wall goes beyond its kernels, on GpuTensors at one shape: N steps
+// Where a chained kdaVjp's (or forward's) wall goes beyond its kernels, on GpuTensors at one shape: N steps
 // chained (then 2N), one read at the end, three ways. "plain" as a training loop runs them;
 // "timed" gives every compute pass timestamps of its own (injected by wrapping
 // beginComputePass), and prints each step's GPU span (its first pass's begin to its last pass's
@@ -6,21 +6,24 @@
 // call's two submits left the host; "wake" submits a small dispatch just before the chain (does
 // a GPU left idle by the read before start late?). The slope between N and 2N steps is the
 // steady per-step cost; what is left of the wall is the chain's fixed cost (the one read, the
-// first call's host work). Prints text; writes nothing.
+// first call's host work). With --forward the steps are forwards (kda, reading ht at the end)
+// instead of kdaVjp. Prints text; writes nothing.
 //
-// Run: deno run -A bench/chain_gaps.ts B T H K [N]   (V = K, C = 64, the split set; N = 10)
+// Run: deno run -A bench/chain_gaps.ts B T H K [N] [--forward]   (V = K, C = 64, the split set;
+// N = 10)
 
-import { kdaVjp } from "../kda/op/op.ts";
+import { kda, kdaVjp } from "../kda/op/op.ts";
 import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { getContext } from "../kda/gpu/device.ts";
 import { uploadProblem, wave, waveProblem } from "./_run.ts";
 
-const nums = Deno.args.map(Number);
+const FORWARD = Deno.args.includes("--forward");
+const nums = Deno.args.filter((a) => a !== "--forward").map(Number);
 if (
   (nums.length !== 4 && nums.length !== 5) || !nums.every((x) => Number.isInteger(x) && x > 0)
 ) {
   throw new RangeError(
-    `Invalid arguments: expected B T H K [N] as four or five positive integers, got ${
+    `Invalid arguments: expected B T H K [N] [--forward] as four or five positive integers, got ${
       Deno.args.join(" ") || "none"
     }`,
   );
@@ -62,7 +65,17 @@ const x = waveProblem({ B, T, H, K, V });
 const inputs = await uploadProblem(x);
 const dout = await toGpu(wave(B * T * H * V, 0.5), [B, T, H, V]);
 const options = { arm: "gpu", strict: true, chunkSize: 64, kernels: "split" } as const;
-let last = await kdaVjp(inputs, { dout }, options);
+// one step: a kdaVjp (its gradients read at the end through dbeta) or a forward (through ht)
+type Step = { release(): void; read(): Promise<unknown> };
+const step = async (): Promise<Step> => {
+  if (FORWARD) {
+    const r = await kda(inputs, options);
+    return { release: () => releaseTensors(r), read: () => r.ht.read() };
+  }
+  const g = await kdaVjp(inputs, { dout }, options);
+  return { release: () => releaseTensors(g), read: () => g.dbeta.read() };
+};
+let last = await step();
 const wakeModule = device.createShaderModule({
   code:
     "@group(0) @binding(0) var<storage, read_write> a: array<f32>;\n@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) i: vec3u) { a[i.x] = a[i.x] + 1.0; }",
@@ -86,13 +99,13 @@ const wake = () => {
   origSubmit.call(device.queue, [e.finish()]);
 };
 for (const mode of ["plain", "timed", "wake"]) {
-  releaseTensors(last);
-  last = await kdaVjp(inputs, { dout }, options);
+  last.release();
+  last = await step();
   for (let i = 0; i < 3; i++) {
-    releaseTensors(last);
-    last = await kdaVjp(inputs, { dout }, options);
+    last.release();
+    last = await step();
   }
-  await last.dbeta.read();
+  await last.read();
   for (const n of [N, 2 * N]) {
     nq = 0;
     labels.length = 0;
@@ -103,12 +116,12 @@ for (const mode of ["plain", "timed", "wake"]) {
     const t0 = performance.now();
     if (mode === "wake") wake();
     for (let i = 0; i < n; i++) {
-      releaseTensors(last);
+      last.release();
       starts.push(performance.now());
-      last = await kdaVjp(inputs, { dout }, options);
+      last = await step();
     }
     const tHost = performance.now();
-    await last.dbeta.read();
+    await last.read();
     const wall = performance.now() - t0;
     inject = false;
     recording = false;
@@ -174,6 +187,7 @@ for (const mode of ["plain", "timed", "wake"]) {
     }
   }
 }
-releaseTensors(last, inputs, dout);
+last.release();
+releaseTensors(inputs, dout);
 qs.destroy();
 wakeBuf.destroy();

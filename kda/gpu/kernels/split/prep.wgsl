@@ -178,6 +178,34 @@ fn wuStage(lid: u32, s: WuAhead, n4: u32) {
   if (lid + WG < n4) { prep[PREP_HALF + lid + WG] = s.v1; }
 }
 
+// The operands of one (row quad, channel) entry e of a slice of the pairwise products from
+// channel d0: k, q and G's high and low parts at the quad's four rows (clamped to the last valid
+// one), zero past K or for an invocation that stages nothing
+struct LpIn {
+  k4: vec4f,
+  q4: vec4f,
+  gh: vec4f,
+  gl: vec4f,
+}
+
+// every entry of a slice is one invocation's (C <= 64: at most 16 row quads)
+const_assert 16u * LP_BLOCK <= WG;
+
+fn lpLoad(at: ChunkAt, d0: u32, e: u32, last: u32, staging: bool) -> LpIn {
+  let d = d0 + e % LP_BLOCK;
+  if (!staging || d >= p.K) {
+    return LpIn(vec4f(0.0), vec4f(0.0), vec4f(0.0), vec4f(0.0));
+  }
+  let rows = rows4(4u * (e / LP_BLOCK), last);
+  let tok = qrow4(at, rows) * p.K;
+  return LpIn(
+    kAt4(aK() + d, tok),
+    qAt4(aQ() + d, tok),
+    uAt4(at.u + uU() + d, rows * p.K),
+    gloAt4(at.glo + lGlo() + d, rows * p.K),
+  );
+}
+
 @compute @workgroup_size(256)
 fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let c = chunkIndex(wg);
@@ -282,38 +310,30 @@ fn chunkPrep(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
   var lt = mat4x4f();
   var pt = mat4x4f();
   // ABLATE lp {
+  // one (row quad, channel) an invocation (nRG LP_BLOCK <= WG): its four rows (clamped to the last
+  // valid one) of k, q and G loaded a slice ahead, into registers before the products of the slice
+  // before (so their latency hides behind those), and the decays from the quad's first row and to
+  // its last formed in registers when staged, so the slice is staged between two barriers
+  let staging = lid < nRG * LP_BLOCK;
+  var lpNext = lpLoad(at, 0u, lid, last, staging);
   for (var d0 = 0u; d0 < p.K; d0 += LP_BLOCK) {
-    // one (row quad, channel) an invocation: its four rows (clamped to the last valid one) of k, q
-    // and G loaded at once, and the decays from the quad's first row and to its last formed in
-    // registers, so the slice is staged between two barriers
-    for (var e = lid; e < nRG * LP_BLOCK; e += WG) {
-      let dd = e % LP_BLOCK;
-      let rq = e / LP_BLOCK;
-      let d = d0 + dd;
-      var k4 = vec4f(0.0);
-      var q4 = vec4f(0.0);
-      var gh = vec4f(0.0);
-      var gl = vec4f(0.0);
-      if (d < p.K) {
-        let rows = rows4(4u * rq, last);
-        let tok = qrow4(at, rows) * p.K;
-        k4 = kAt4(aK() + d, tok);
-        q4 = qAt4(aQ() + d, tok);
-        gh = uAt4(at.u + uU() + d, rows * p.K);
-        gl = gloAt4(at.glo + lGlo() + d, rows * p.K);
-      }
-      let fa = decay4((gh - vec4f(gh.x)) + (gl - vec4f(gl.x)));
-      let fe = decay4((vec4f(gh.w) - gh) + (vec4f(gl.w) - gl));
-      let slot = rq * LP_STRIDE + dd;
-      prep[oK + slot] = k4;
-      prep[oQ + slot] = q4;
-      prep[oGa + slot] = vec4f(gh.x, gl.x, gh.w, gl.w);
-      prep[oGi + slot] = vec4f(gh.y, gl.y, gh.z, gl.z);
-      prep[oA + slot] = k4 * fa;
-      prep[oQa + slot] = q4 * fa;
-      prep[oB + slot] = k4 * fe;
+    if (staging) {
+      let x = lpNext;
+      let fa = decay4((x.gh - vec4f(x.gh.x)) + (x.gl - vec4f(x.gl.x)));
+      let fe = decay4((vec4f(x.gh.w) - x.gh) + (vec4f(x.gl.w) - x.gl));
+      let slot = (lid / LP_BLOCK) * LP_STRIDE + lid % LP_BLOCK;
+      prep[oK + slot] = x.k4;
+      prep[oQ + slot] = x.q4;
+      prep[oGa + slot] = vec4f(x.gh.x, x.gl.x, x.gh.w, x.gl.w);
+      prep[oGi + slot] = vec4f(x.gh.y, x.gl.y, x.gh.z, x.gl.z);
+      prep[oA + slot] = x.k4 * fa;
+      prep[oQa + slot] = x.q4 * fa;
+      prep[oB + slot] = x.k4 * fe;
     }
     workgroupBarrier();
+    if (d0 + LP_BLOCK < p.K) {
+      lpNext = lpLoad(at, d0 + LP_BLOCK, lid, last, staging);
+    }
     if (inTriangle) {
       let dn = min(LP_BLOCK, p.K - d0);
       if (!diagonal) {
