@@ -1,6 +1,6 @@
-// Where a chained kdaVjp's (or forward's) wall goes beyond its kernels, on GpuTensors at one shape: N steps
-// chained (then 2N), one read at the end, three ways. "plain" as a training loop runs them;
-// "timed" gives every compute pass timestamps of its own (injected by wrapping
+// Where a chained kdaVjp's (or forward's) wall goes beyond its kernels, on GpuTensors at one
+// shape: N steps chained (then 2N), one read at the end, three ways. "plain" as a training loop
+// runs them; "timed" gives every compute pass timestamps of its own (injected by wrapping
 // beginComputePass), and prints each step's GPU span (its first pass's begin to its last pass's
 // end) and first pass, the sum of the pass times, the gaps between passes, and when the first
 // call's two submits left the host; "wake" submits a small dispatch just before the chain (does
