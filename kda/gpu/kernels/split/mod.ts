@@ -33,10 +33,10 @@ import { SPLIT_ACCESSORS } from "./_accessors.ts";
  * block's four channel groups (the channels of each residue mod 4) and every sum's order are the
  * same whatever the slice. 12 takes chunkPrep 3.96 ms at (8, 4096, 16, 128) on an H100, against
  * 4.09 at 8, with the same bits (ANALYSIS.md, fifteenth pass); 7 operands of 16 row quads at
- * LP_BLOCK + 1 vec4s must fit prep (below).
+ * LP_BLOCK + 1 vec4s must fit prep (below), and a slice's 16 row quads one entry an invocation.
  */
 const LP_BLOCK = 12;
-if (LP_BLOCK % 4 !== 0) throw new Error("LP_BLOCK must be a multiple of 4");
+if (LP_BLOCK % 4 || 16 * LP_BLOCK > WORKGROUP_SIZE) throw new Error(`Invalid LP_BLOCK ${LP_BLOCK}`);
 /** vec4s per row quad of a staged operand of the pairwise products (padded by one, see prep.wgsl). */
 const LP_STRIDE = LP_BLOCK + 1;
 /** vec4s of one staged operand of the pairwise products: C / 4 row quads at C = 64. */
