@@ -12,7 +12,6 @@ import { customNode, type Data, tapeOf, type Tensor } from "../tape/mod.ts";
 import type { ComputeDType } from "../base/dtype.ts";
 import { readEnv } from "./_env.ts";
 import type {
-  CompositeArm,
   DispatchOptions,
   FusedArm,
   SeamArm,
@@ -21,15 +20,7 @@ import type {
   SeamPolicy,
 } from "./types.ts";
 
-export type {
-  CompositeArm,
-  DispatchOptions,
-  FusedArm,
-  SeamArm,
-  SeamCounts,
-  SeamDecision,
-  SeamPolicy,
-};
+export type * from "./types.ts";
 
 /** The arm chosen for a call, and what the choice must record. */
 interface Choice {

@@ -29,8 +29,6 @@ import {
   resultReads,
   startedArrays,
 } from "./_call_results.ts";
-
-export { resultLengths };
 import { type ArrayName, type KernelSet, kernelSet } from "./kernel_set.ts";
 import { chooseKernels } from "./kernels/mod.ts";
 import { typeName } from "../../base/check.ts";
@@ -41,6 +39,8 @@ import {
   inKernelPasses,
   type InKernelSaved,
 } from "./options.ts";
+
+export { resultLengths };
 
 /** An array of a gpu call: all of a call's arrays are host arrays, or all are device tensors. */
 export type GpuArray = Float32Array | GpuTensor;

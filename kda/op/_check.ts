@@ -378,6 +378,8 @@ export function checkKdaInputs(
   const hv = x.HV === undefined ? "H" : "HV", n = cuSeqlens === undefined ? "B" : "N";
   const dtype = device ? "f32" : computeDtypeOf(x.q, "inputs.q");
   const checks = how.checks ?? new ValueChecks();
+  // resolved here, checked after the arrays (their errors come first)
+  const scale = x.scale === undefined ? K ** -0.5 : x.scale;
   const snapshots = device || dtype !== "f32" ? null : how.snapshotsFor?.({
     B,
     T,
@@ -386,11 +388,7 @@ export function checkKdaInputs(
     V,
     ...(HV !== H ? { HV } : {}),
     ...(cuSeqlens !== undefined ? { cuSeqlens } : {}),
-    scale: x.scale === undefined
-      ? K ** -0.5
-      : typeof x.scale === "number" && Number.isFinite(x.scale)
-      ? x.scale
-      : NaN,
+    scale: typeof scale === "number" && Number.isFinite(scale) ? scale : NaN,
     gateArrays: { aLog: x.aLog !== undefined, dtBias: x.dtBias !== undefined },
   }) ?? null;
   const kind: ArrayKind = device
@@ -407,7 +405,6 @@ export function checkKdaInputs(
   const h0 = x.h0 === undefined ? undefined : array("h0", [N, HV, K, V], `[${n}, ${hv}, K, V]`);
   const aLog = x.aLog === undefined ? undefined : array("aLog", [HV], `[${hv}]`);
   const dtBias = x.dtBias === undefined ? undefined : array("dtBias", [HV * K], `[${hv}·K]`);
-  const scale = x.scale === undefined ? K ** -0.5 : x.scale;
   if (typeof scale !== "number" || !Number.isFinite(scale)) {
     throw new RangeError(`inputs.scale must be a finite number: got ${String(scale)}`);
   }
