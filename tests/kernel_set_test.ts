@@ -1,11 +1,12 @@
 // Kernel sets are pluggable: a deliberately tiny set declared outside the package
 // (tests/fixtures/kernels/tiny/) registers, compiles and runs through the same encode path as the
 // package's sets, agrees with the cpu arm, and the seam names it; what it cannot run (it has no
-// backward) is a counted decline that names it.
+// backward, or it asks the device for more than the device has) is a counted decline that names it.
 
 import assert from "node:assert/strict";
 import { kda, kdaVjp, resetSeamCounts, seamCounts, seamDecisions } from "../mod.ts";
-import { kernelSetNames, registerKernelSet } from "../kda/gpu/kernel_set.ts";
+import { type KernelSet, kernelSetNames, registerKernelSet } from "../kda/gpu/kernel_set.ts";
+import { getContext } from "../kda/gpu/device.ts";
 import { agreement, formatAgreement } from "../checks/compare.ts";
 import { DTYPES } from "../base/dtype.ts";
 import { TINY } from "./fixtures/kernels/tiny/mod.ts";
@@ -81,3 +82,43 @@ Deno.test("options.kernels names a registered set or is refused with the known o
     /^RangeError: options\.kernels must be one of fused, .*tiny-recurrent: got nope$/,
   );
 });
+
+gpuTest(
+  "a set that asks the device for more than it has (a feature, workgroup memory, invocations) is a counted decline that names both",
+  async () => {
+    const { info } = await getContext();
+    const { limits, description } = info;
+    const wants: [Partial<KernelSet>, RegExp][] = [
+      [
+        { features: ["float32-filterable"] },
+        /needs the adapter feature float32-filterable, which .* does not offer/,
+      ],
+      [
+        { workgroupBytes: limits.maxComputeWorkgroupStorageSize + 16 },
+        new RegExp(`needs ${limits.maxComputeWorkgroupStorageSize + 16} bytes of workgroup memory`),
+      ],
+      [
+        { workgroupSize: limits.maxComputeInvocationsPerWorkgroup * 2 },
+        new RegExp(
+          `needs ${limits.maxComputeInvocationsPerWorkgroup * 2} invocations per workgroup`,
+        ),
+      ],
+    ];
+    const x = randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 8, { dtype: "f32" });
+    for (const [i, [want, reason]] of wants.entries()) {
+      const name = `tiny-asks-${i}`;
+      registerKernelSet({ ...TINY, ...want, name });
+      await assert.rejects(() => kda(x, { arm: "gpu", kernels: name, strict: true }), reason);
+      resetSeamCounts();
+      const out = await kda(x, { arm: "gpu", kernels: name, quiet: true });
+      assert.equal(seamCounts().declined, 1);
+      const [decision] = seamDecisions();
+      assert.equal(decision.ran, "cpu");
+      assert.match(decision.reason, reason);
+      // what the device offers is named beside what the set needs (a feature names the adapter)
+      assert.ok(decision.reason.includes(description), decision.reason);
+      const cpu = await kda(x, { arm: "cpu", strict: true });
+      assert.deepEqual(out.o, cpu.o);
+    }
+  },
+);
