@@ -91,7 +91,7 @@ gpuTest(
     const wants: [Partial<KernelSet>, RegExp][] = [
       [
         { features: ["float32-filterable"] },
-        /needs the adapter feature float32-filterable, which .* does not offer/,
+        /needs the feature float32-filterable, which the device on .* lacks \(it is created with/,
       ],
       [
         { workgroupBytes: limits.maxComputeWorkgroupStorageSize + 16 },

@@ -182,8 +182,10 @@ export class GpuContext {
   setProblem(set: KernelSet): string | null {
     const missing = set.features.filter((f) => !this.features.has(f));
     if (missing.length > 0) {
-      return `the kernel set ${set.name} needs the adapter feature ${missing.join(", ")}, ` +
-        `which "${this.info.description}" does not offer`;
+      const lacking = missing.join(", ");
+      return `the kernel set ${set.name} needs the feature ${lacking}, which the device on ` +
+        `"${this.info.description}" lacks (it is created with ${WANTED_FEATURES.join(", ")} ` +
+        `where the adapter offers them)`;
     }
     const { limits } = this.info;
     const storage = Math.max(
