@@ -88,19 +88,21 @@ gpuTest(
   async () => {
     const { info } = await getContext();
     const { limits, description } = info;
+    const bytes = limits.maxComputeWorkgroupStorageSize;
+    const invocations = limits.maxComputeInvocationsPerWorkgroup;
     const wants: [Partial<KernelSet>, RegExp][] = [
       [
         { features: ["float32-filterable"] },
         /needs the feature float32-filterable, which the device on .* lacks \(it is created with/,
       ],
       [
-        { workgroupBytes: limits.maxComputeWorkgroupStorageSize + 16 },
-        new RegExp(`needs ${limits.maxComputeWorkgroupStorageSize + 16} bytes of workgroup memory`),
+        { workgroupBytes: bytes + 16 },
+        new RegExp(`needs ${bytes + 16} bytes of workgroup memory, and ".*" offers ${bytes}$`),
       ],
       [
-        { workgroupSize: limits.maxComputeInvocationsPerWorkgroup * 2 },
+        { workgroupSize: invocations * 2 },
         new RegExp(
-          `needs ${limits.maxComputeInvocationsPerWorkgroup * 2} invocations per workgroup`,
+          `needs ${invocations * 2} invocations per workgroup, and ".*" offers ${invocations}$`,
         ),
       ],
     ];
@@ -115,7 +117,7 @@ gpuTest(
       const [decision] = seamDecisions();
       assert.equal(decision.ran, "cpu");
       assert.match(decision.reason, reason);
-      // what the device offers is named beside what the set needs (a feature names the adapter)
+      // the adapter is named beside what the set needs (and, for a limit, what the device offers)
       assert.ok(decision.reason.includes(description), decision.reason);
       const cpu = await kda(x, { arm: "cpu", strict: true });
       assert.deepEqual(out.o, cpu.o);
