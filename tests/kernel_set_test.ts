@@ -6,12 +6,11 @@
 import assert from "node:assert/strict";
 import { kda, kdaVjp, resetSeamCounts, seamCounts, seamDecisions } from "../mod.ts";
 import { type KernelSet, kernelSetNames, registerKernelSet } from "../kda/gpu/kernel_set.ts";
-import { getContext } from "../kda/gpu/device.ts";
 import { agreement, formatAgreement } from "../checks/compare.ts";
 import { DTYPES } from "../base/dtype.ts";
 import { TINY } from "./fixtures/kernels/tiny/mod.ts";
 import { randomKda } from "./_fixtures.ts";
-import { gpuTest, reportMissingGpu } from "./_gpu.ts";
+import { gpuTest, reportMissingGpu, status } from "./_gpu.ts";
 
 reportMissingGpu("kernel_set_test.ts");
 registerKernelSet(TINY);
@@ -86,8 +85,8 @@ Deno.test("options.kernels names a registered set or is refused with the known o
 gpuTest(
   "a set that asks the device for more than it has (a feature, workgroup memory, invocations) is a counted decline that names both",
   async () => {
-    const { info } = await getContext();
-    const { limits, description } = info;
+    if (!status.available) throw new Error(status.reason);
+    const { limits, description } = status.info;
     const bytes = limits.maxComputeWorkgroupStorageSize;
     const invocations = limits.maxComputeInvocationsPerWorkgroup;
     const wants: [Partial<KernelSet>, RegExp][] = [
