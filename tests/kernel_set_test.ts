@@ -104,6 +104,12 @@ gpuTest(
           `needs ${invocations * 2} invocations per workgroup, and ".*" offers ${invocations}$`,
         ),
       ],
+      [
+        { largestWorkgroup: invocations * 2 },
+        new RegExp(
+          `needs ${invocations * 2} invocations per workgroup, and ".*" offers ${invocations}$`,
+        ),
+      ],
     ];
     const x = randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 8, { dtype: "f32" });
     for (const [i, [want, reason]] of wants.entries()) {

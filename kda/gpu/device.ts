@@ -39,6 +39,7 @@ export interface GpuInfo {
     maxBufferSize: number;
     maxStorageBuffersPerShaderStage: number;
     maxComputeInvocationsPerWorkgroup: number;
+    maxComputeWorkgroupSizeX: number;
     maxComputeWorkgroupsPerDimension: number;
   };
 }
@@ -194,10 +195,12 @@ export class GpuContext {
           .length
       ),
     );
+    const widest = Math.max(set.workgroupSize, set.largestWorkgroup ?? 0);
     const needs: [number, number, string][] = [
       [limits.maxComputeWorkgroupStorageSize, set.workgroupBytes, "bytes of workgroup memory"],
       [limits.maxStorageBuffersPerShaderStage, storage, "storage buffers per stage"],
-      [limits.maxComputeInvocationsPerWorkgroup, set.workgroupSize, "invocations per workgroup"],
+      [limits.maxComputeInvocationsPerWorkgroup, widest, "invocations per workgroup"],
+      [limits.maxComputeWorkgroupSizeX, widest, "invocations along x per workgroup"],
     ];
     for (const [have, want, what] of needs) {
       if (have < want) {
@@ -438,11 +441,12 @@ async function createContext(): Promise<GpuContext> {
     maxBufferSize: a.maxBufferSize,
     maxStorageBuffersPerShaderStage: a.maxStorageBuffersPerShaderStage,
     maxComputeInvocationsPerWorkgroup: a.maxComputeInvocationsPerWorkgroup,
+    maxComputeWorkgroupSizeX: a.maxComputeWorkgroupSizeX,
     maxComputeWorkgroupsPerDimension: a.maxComputeWorkgroupsPerDimension,
   };
   const features = WANTED_FEATURES.filter((f) => adapter.features.has(f));
   const device = await adapter.requestDevice({
-    requiredLimits: { ...limits, maxComputeWorkgroupSizeX: a.maxComputeWorkgroupSizeX },
+    requiredLimits: limits,
     requiredFeatures: features,
   });
   const ai = adapter.info as GPUAdapterInfo & { isFallbackAdapter?: boolean };

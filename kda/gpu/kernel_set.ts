@@ -240,8 +240,10 @@ export interface KernelSet {
    * natively the gpu arm's glue passes provide (kda/gpu/glue.ts).
    */
   readonly native: { readonly groupedHeads: boolean; readonly packed: boolean };
-  /** Invocations per workgroup of its kernels (all of them use one size). */
+  /** Invocations per workgroup of its kernels (`WG` in the WGSL header). */
   readonly workgroupSize: number;
+  /** Invocations of its largest workgroup, where a stage declares more than workgroupSize. */
+  readonly largestWorkgroup?: number;
   /** Bytes of workgroup memory its hungriest kernel declares. */
   readonly workgroupBytes: number;
   /** Constants of its WGSL header, by name (u32). */

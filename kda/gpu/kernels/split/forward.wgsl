@@ -322,16 +322,19 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
 
 // ---- chunkOutput: O = Qg S + P Vn, one workgroup per (chunk, head) ----
 //
-// Tiled products, 4 x 8 register tiles (Tile8, common.wgsl): each output sums the channels in
-// ascending order, then the rows. The contraction runs in slices of sd steps (MM_SLICE up to V =
-// 128, half that past it) staged in arrays of the stage's own, 12 KB, which leave more of an SM's
-// workgroup memory to others than the shared tiles' 24 KB did (the two measured the same on an
-// H200: bench/results/ANALYSIS.md, sixteenth pass). The staging loops give neighbouring
-// invocations neighbouring contraction steps (so that their loads from memory are coalesced),
-// whose vec4s lie a row of the staged slice apart: their stores would fall in one bank group.
-// So a step's vec4 of column quad q (of the left operand's 16 row quads, and of S^T's VQ column
-// quads where VQ is a multiple of 8) lies at q ^ (step & 7): a permutation of each aligned run of
-// eight.
+// Tiled products, 4 x 4 register tiles, one a (row quad, column quad) on OUT_WG = 512 invocations
+// (mod.ts): at C = 64 and V = 128 all 512 tiles of a chunk in one turn. 4 x 8 tiles on 256
+// invocations took more registers, which held the stage to two workgroups of 256 an SM at 12 KB
+// (bench/stage_occupancy.ts); these run 10 % faster on an H100 (bench/results/ANALYSIS.md,
+// twentieth pass). Each output sums the channels in ascending order, then the rows. The
+// contraction runs in slices of sd steps (MM_SLICE up to V = 128, half that past it) staged in
+// arrays of the stage's own, 12 KB, which leave more of an SM's workgroup memory to others than the
+// shared tiles' 24 KB did (the two measured the same on an H200: bench/results/ANALYSIS.md,
+// sixteenth pass). The staging loops give neighbouring invocations neighbouring contraction steps
+// (so that their loads from memory are coalesced), whose vec4s lie a row of the staged slice
+// apart: their stores would fall in one bank group. So a step's vec4 of column quad q (of the left
+// operand's 16 row quads, and of S^T's VQ column quads where VQ is a multiple of 8) lies at
+// q ^ (step & 7): a permutation of each aligned run of eight.
 
 // [sd][16] row quads of the left operand (Qg, then P); [sd][VQ] column quads of the right (S^T,
 // then Vn), VQ <= 32 at sd = MM_SLICE and <= 64 at half that (V <= 256)
@@ -340,22 +343,18 @@ var<workgroup> outB: array<vec4f, OUT_B_VEC4>;
 const_assert MM_SLICE * 16u <= OUT_A_VEC4 && MM_SLICE * 32u <= OUT_B_VEC4;
 
 // acc + the staged slice's product for rows 4 rq.. (n contraction steps, the right operand's
-// rows width4 vec4s wide, swizzled by bMask) at vec4 columns jq and jq + half: neighbouring
-// invocations take neighbouring jq, so that their reads of outB fall on different banks
-fn outSlice(acc: Tile8, rq: u32, jq: u32, width4: u32, half: u32, n: u32, bMask: u32) -> Tile8 {
-  var t0 = acc.t0;
-  var t1 = acc.t1;
+// rows width4 vec4s wide, swizzled by bMask) at vec4 column jq: neighbouring invocations take
+// neighbouring jq, so that their reads of outB fall on different banks
+fn outSlice(acc: mat4x4f, rq: u32, jq: u32, width4: u32, n: u32, bMask: u32) -> mat4x4f {
+  var t = acc;
   for (var dd = 0u; dd < n; dd++) {
     let a = outA[dd * 16u + (rq ^ (dd & 7u))];
-    let b = dd * width4;
-    let sw = dd & bMask;
-    t0 = tileFma(t0, a, outB[b + (jq ^ sw)]);
-    t1 = tileFma(t1, a, outB[b + ((jq + half) ^ sw)]);
+    t = tileFma(t, a, outB[dd * width4 + (jq ^ (dd & bMask))]);
   }
-  return Tile8(t0, t1);
+  return t;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(OUT_WG)
 fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let c = chunkIndex(wg);
   if (c >= p.NCT) {
@@ -365,23 +364,20 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
   let cv = at.cv;
   let nRQ = (cv + 3u) / 4u;
   let VQ = (p.V + 3u) / 4u;
-  let nJ8 = (p.V + 7u) / 8u;
   let sd = select(MM_SLICE, MM_SLICE / 2u, VQ > 32u);
   let bMask = select(0u, 7u, VQ % 8u == 0u);
   let lanes = vec4u(0u, 1u, 2u, 3u);
-  // tiles of 4 rows x 8 columns, one per invocation a turn (one turn up to V = 128 at C = 64)
-  for (var turn = 0u; turn * WG < nRQ * nJ8; turn++) {
-    let blk = lid + turn * WG;
-    let mine = blk < nRQ * nJ8;
-    let rq = blk / nJ8;
-    // vec4 columns jq and jq + nJ8 (the two halves of a row's VQ; the vec4 past an odd VQ is
-    // read and never stored)
-    let jq = blk % nJ8;
-    var acc = Tile8(mat4x4f(), mat4x4f());
+  // tiles of 4 rows x 4 columns, one per invocation a turn (one turn up to V = 128 at C = 64)
+  for (var turn = 0u; turn * OUT_WG < nRQ * VQ; turn++) {
+    let blk = lid + turn * OUT_WG;
+    let mine = blk < nRQ * VQ;
+    let rq = blk / VQ;
+    let jq = blk % VQ;
+    var acc = mat4x4f();
     for (var s0 = 0u; s0 < p.K; s0 += sd) {
       // Qg slice, four rows a vec4; S^T slice (S is [V, K] in memory), four columns a vec4
       // neighbouring invocations read neighbouring channels (coalesced), and store transposed
-      for (var e = lid; e < sd * 16u; e += WG) {
+      for (var e = lid; e < sd * 16u; e += OUT_WG) {
         let dd = e % sd;
         let d = s0 + dd;
         let rows = 4u * (e / sd) + lanes;
@@ -391,7 +387,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         }
         outA[dd * 16u + ((e / sd) ^ (dd & 7u))] = value;
       }
-      for (var e = lid; e < sd * VQ; e += WG) {
+      for (var e = lid; e < sd * VQ; e += OUT_WG) {
         let dd = e % sd;
         let d = s0 + dd;
         let cols = 4u * (e / sd) + lanes;
@@ -403,14 +399,14 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       }
       workgroupBarrier();
       if (mine) {
-        acc = outSlice(acc, rq, jq, VQ, nJ8, min(sd, p.K - s0), bMask);
+        acc = outSlice(acc, rq, jq, VQ, min(sd, p.K - s0), bMask);
       }
       workgroupBarrier();
     }
     for (var s0 = 0u; s0 < cv; s0 += sd) {
       // P slice (zero above the diagonal), four rows a vec4; Vn slice, four columns a vec4 (rows
       // of Vn are contiguous: not swizzled)
-      for (var e = lid; e < sd * 16u; e += WG) {
+      for (var e = lid; e < sd * 16u; e += OUT_WG) {
         let ss = e % sd;
         let s = s0 + ss;
         let rows = 4u * (e / sd) + lanes;
@@ -420,7 +416,7 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
         }
         outA[ss * 16u + ((e / sd) ^ (ss & 7u))] = value;
       }
-      for (var e = lid; e < sd * VQ; e += WG) {
+      for (var e = lid; e < sd * VQ; e += OUT_WG) {
         let s = s0 + e / VQ;
         var value = vec4f(0.0);
         if (s < cv) {
@@ -432,19 +428,16 @@ fn chunkOutput(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index
       // P is lower triangular: a tile's sum stops at its last row (the terms past it are exact
       // zeros)
       if (mine && 4u * rq + 4u > s0) {
-        acc = outSlice(acc, rq, jq, VQ, nJ8, min(min(sd, cv - s0), 4u * rq + 4u - s0), 0u);
+        acc = outSlice(acc, rq, jq, VQ, min(min(sd, cv - s0), 4u * rq + 4u - s0), 0u);
       }
       workgroupBarrier();
     }
     if (mine) {
       let r = 4u * rq;
       let j0 = 4u * jq;
-      let j1 = 4u * (jq + nJ8);
       for (var i = 0u; i < 4u; i++) {
         if (r + i < cv) {
-          let row = aO() + vrow(at, r + i) * p.V;
-          oStoreCols(row, j0, acc.t0[i]);
-          oStoreCols(row, j1, acc.t1[i]);
+          oStoreCols(aO() + vrow(at, r + i) * p.V, j0, acc[i]);
         }
       }
     }

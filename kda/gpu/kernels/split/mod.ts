@@ -79,6 +79,8 @@ const SCAN_VEC4 = SCAN_STATE_VEC4 + 2 * SCAN_SLAB_VEC4;
  */
 const OUT_A_VEC4 = 256;
 const OUT_B_VEC4 = 512;
+/** Invocations of chunkOutput's workgroups (see forward.wgsl). */
+const OUT_WG = 512;
 /**
  * vec4s of chunkGradsK's two tile stages (grads_k.wgsl): tileA and tileK hold the C x C square of
  * dT, then X (half in each at C = 64): 16 KB in all (T is read from TRI).
@@ -339,6 +341,7 @@ export const SPLIT: KernelSet = {
   features: [],
   native: { groupedHeads: true, packed: true },
   workgroupSize: WORKGROUP_SIZE,
+  largestWorkgroup: OUT_WG,
   workgroupBytes: Math.max(
     PREP_VEC4 * 16,
     SCAN_VEC4 * 16,
@@ -364,6 +367,7 @@ export const SPLIT: KernelSet = {
     SCAN_VEC4,
     OUT_A_VEC4,
     OUT_B_VEC4,
+    OUT_WG,
     TILE_A_VEC4,
     TILE_K_VEC4,
     GRID_X,
@@ -533,28 +537,15 @@ export const SPLIT: KernelSet = {
       },
     ],
     bind: {
-      q: "q",
-      k: "k",
-      v: "v",
-      g: "g",
-      beta: "beta",
-      h0: "h0",
+      ...sameNames("q", "k", "v", "g", "beta", "h0", "work", "kd", "qg", "u", "glo", "tri"),
+      ...sameNames("states", "o", "ht"),
       chunks: "chunk table",
-      work: "work",
       work4: "work",
-      kd: "kd",
       kd4: "kd",
-      qg: "qg",
       qg4: "qg",
-      u: "u",
       u4: "u",
-      glo: "glo",
-      tri: "tri",
       tri4: "tri",
-      states: "states",
       states4: "states",
-      o: "o",
-      ht: "ht",
     },
   },
   backward: {
@@ -621,32 +612,18 @@ export const SPLIT: KernelSet = {
       },
     ],
     bind: {
-      q: "q",
-      k: "k",
-      v: "v",
-      g: "g",
-      beta: "beta",
+      ...sameNames("q", "k", "v", "g", "beta", "work", "tri", "states", "dout", "dht"),
+      ...sameNames("dq", "dk", "dv", "dg", "dbeta", "dh0"),
       chunks: "chunk table",
-      work: "work",
       work4: "work",
-      tri: "tri",
       tri4: "tri",
-      states: "states",
       states4: "states",
       gates: "gate sums",
       gates4: "gate sums",
-      dout: "dout",
-      dht: "dht",
       bw: "backward scratch",
       bw4: "backward scratch",
       gs: "gradient scratch",
       gs4: "gradient scratch",
-      dq: "dq",
-      dk: "dk",
-      dv: "dv",
-      dg: "dg",
-      dbeta: "dbeta",
-      dh0: "dh0",
       dqh: "dq per value head",
       dkh: "dk per value head",
       bw4w: "backward scratch",
@@ -693,6 +670,11 @@ export const SPLIT: KernelSet = {
   },
   whyNot: () => null,
 };
+
+/** Bindings bound to the buffers of their own names. */
+function sameNames(...names: string[]): Record<string, string> {
+  return Object.fromEntries(names.map((name) => [name, name]));
+}
 
 /** Whether a call has grouped value heads (the group sums then run). */
 function grouped(plan: Plan): boolean {
