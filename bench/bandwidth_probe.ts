@@ -1,0 +1,163 @@
+// What a WGSL kernel moves through Deno's WebGPU between the card's memory and its SMs: three
+// plain kernels over buffers of MIB MiB (default 1024, larger than any L2), one vec4 per step of an
+// invocation, UNROLL (env, default 4) steps an invocation, consecutive invocations on consecutive
+// vec4s:
+//   copy   dst = src            (reads MIB, writes MIB)
+//   read   a sum of src per invocation, one vec4 written per workgroup (reads MIB)
+//   write  dst = a value of the index (writes MIB)
+// The rates bound every stage whose operands cannot stay in L2 between kernels: a stage that must
+// read R bytes and write W bytes takes at least about R / (read rate) + W / (write rate)
+// (bench/results/ANALYSIS.md, twentieth pass). Times REP back-to-back dispatches by timestamps (the
+// first one's start to the last one's end; the host's clock beside them, REP against one); checks the
+// last 4 KiB of the copy.
+//
+// Run: deno run -A bench/bandwidth_probe.ts [MIB] [REP]
+
+const mib = Number(Deno.args[0] ?? 1024), REP = Number(Deno.args[1] ?? 20);
+const UNROLL = Number(Deno.env.get("UNROLL") ?? 4);
+if (!Number.isSafeInteger(mib) || mib < 1) {
+  throw new RangeError(`Invalid MIB: expected a positive integer, got ${Deno.args[0]}`);
+}
+if (!Number.isSafeInteger(REP) || REP < 2) {
+  throw new RangeError(`Invalid REP: expected an integer of at least 2, got ${Deno.args[1]}`);
+}
+if (![1, 2, 4, 8].includes(UNROLL)) {
+  throw new RangeError(`Invalid UNROLL: expected 1, 2, 4 or 8, got ${UNROLL}`);
+}
+const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+if (!adapter) throw new Error("no adapter");
+if (!adapter.features.has("timestamp-query")) {
+  throw new Error("Timestamps unavailable: the adapter lacks timestamp-query");
+}
+const device = await adapter.requestDevice({
+  requiredFeatures: ["timestamp-query"],
+  requiredLimits: {
+    maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+    maxBufferSize: adapter.limits.maxBufferSize,
+  },
+});
+const bytes = mib * 2 ** 20;
+if (bytes > adapter.limits.maxStorageBufferBindingSize) {
+  throw new RangeError(
+    `Invalid MIB: expected at most ${
+      Math.floor(adapter.limits.maxStorageBufferBindingSize / 2 ** 20)
+    } (the adapter's binding size), got ${mib}`,
+  );
+}
+const n4 = bytes / 16;
+const WG = 256;
+const perWg = WG * UNROLL;
+if (n4 % perWg !== 0) throw new RangeError(`Invalid MIB: ${mib} MiB is not a whole grid`);
+const groups = n4 / perWg;
+// a 2D grid: at most 65535 workgroups a dimension
+const gx = Math.min(groups, 32768), gy = Math.ceil(groups / gx);
+if (gx * gy !== groups) throw new RangeError(`Invalid MIB: ${groups} workgroups do not tile`);
+const steps = (body: string) =>
+  Array.from({ length: UNROLL }, (_, u) => body.replaceAll("U", `${u}u`)).join("\n  ");
+const head = `
+@group(0) @binding(0) var<storage, read> src: array<vec4f>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4f>;
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let base = (wg.y * ${gx}u + wg.x) * ${perWg}u + lid;`;
+const kernels: Record<string, string> = {
+  copy: `${head}
+  ${steps(`dst[base + U * ${WG}u] = src[base + U * ${WG}u];`)}
+}`,
+  read: `${head}
+  var s = vec4f(0.0);
+  ${steps(`s += src[base + U * ${WG}u];`)}
+  // one vec4 a workgroup reaches memory, so that the sums are not removed
+  if (lid == 0u || s.x == 12345.0) { dst[base / ${perWg}u] = s; }
+}`,
+  write: `${head}
+  ${steps(`dst[base + U * ${WG}u] = vec4f(f32(base + U * ${WG}u));`)}
+}`,
+};
+const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+const src = device.createBuffer({ size: bytes, usage });
+const dst = device.createBuffer({ size: bytes, usage });
+const host = new Float32Array(bytes / 4).map((_, i) => i % 1024);
+device.queue.writeBuffer(src, 0, host);
+// the bytes each kernel moves: read + written
+const moved: Record<string, number> = {
+  copy: 2 * bytes,
+  read: bytes + groups * 16,
+  write: bytes,
+};
+const stamps = device.createQuerySet({ type: "timestamp", count: 2 });
+const resolved = device.createBuffer({
+  size: 16,
+  usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC,
+});
+const stampsRead = device.createBuffer({
+  size: 16,
+  usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+});
+const label = adapter.info?.description || adapter.info?.device || "adapter";
+for (const [name, code] of Object.entries(kernels)) {
+  const pipe = device.createComputePipeline({
+    layout: "auto",
+    compute: { module: device.createShaderModule({ code }), entryPoint: "main" },
+  });
+  const bg = device.createBindGroup({
+    layout: pipe.getBindGroupLayout(0),
+    entries: [src, dst].map((buffer, binding) => ({ binding, resource: { buffer } })),
+  });
+  // the span from the first pass's start to the last one's end, by timestamps
+  const run = async (rep: number) => {
+    const enc = device.createCommandEncoder();
+    for (let r = 0; r < rep; r++) {
+      // timestampWrites must name an index (WebGPU's validation; else the encoder is invalid and
+      // nothing of the submit runs), so only the first and last passes get them
+      const timestampWrites: GPUComputePassTimestampWrites = { querySet: stamps };
+      if (r === 0) timestampWrites.beginningOfPassWriteIndex = 0;
+      if (r === rep - 1) timestampWrites.endOfPassWriteIndex = 1;
+      const p = enc.beginComputePass(r === 0 || r === rep - 1 ? { timestampWrites } : {});
+      p.setPipeline(pipe);
+      p.setBindGroup(0, bg);
+      p.dispatchWorkgroups(gx, gy);
+      p.end();
+    }
+    enc.resolveQuerySet(stamps, 0, 2, resolved, 0);
+    enc.copyBufferToBuffer(resolved, 0, stampsRead, 0, 16);
+    device.queue.submit([enc.finish()]);
+    await stampsRead.mapAsync(GPUMapMode.READ);
+    const [t0, t1] = new BigUint64Array(stampsRead.getMappedRange());
+    stampsRead.unmap();
+    return Number(t1 - t0) / 1e6;
+  };
+  // and the same by the host's clock: REP dispatches against one, so Deno's map wait cancels
+  const wall = async (rep: number) => {
+    const t0 = performance.now();
+    await run(rep);
+    return performance.now() - t0;
+  };
+  await run(2);
+  const per = (await run(REP)) / REP;
+  const byWall = (await wall(REP) - await wall(1)) / (REP - 1);
+  let check = "";
+  if (name === "copy") {
+    const rb = device.createBuffer({
+      size: 4096,
+      usage: GPUBufferUsage.COPY_DST | GPUBufferUsage.MAP_READ,
+    });
+    const e = device.createCommandEncoder();
+    e.copyBufferToBuffer(dst, bytes - 4096, rb, 0, 4096);
+    device.queue.submit([e.finish()]);
+    await rb.mapAsync(GPUMapMode.READ);
+    const got = new Float32Array(rb.getMappedRange());
+    const want = host.subarray(host.length - 1024);
+    const bad = got.findIndex((v, i) => v !== want[i]);
+    rb.unmap();
+    if (bad >= 0) {
+      throw new Error(`copy check failed at ${bad}: got ${got[bad]}, want ${want[bad]}`);
+    }
+    check = ", the last 4 KiB checked";
+  }
+  console.log(
+    `${label}: ${name} of ${mib} MiB (UNROLL ${UNROLL}): ${per.toFixed(3)} ms/dispatch, ${
+      (moved[name] / per / 1e9).toFixed(2)
+    } TB/s moved (by the host's clock: ${byWall.toFixed(3)} ms)${check}`,
+  );
+}
