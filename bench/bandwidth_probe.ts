@@ -13,6 +13,8 @@
 //
 // Run: deno run -A bench/bandwidth_probe.ts [MIB] [REP]
 
+import { spanTimer } from "./_span.ts";
+
 const mib = Number(Deno.args[0] ?? 1024), REP = Number(Deno.args[1] ?? 20);
 const UNROLL = Number(Deno.env.get("UNROLL") ?? 4);
 if (!Number.isSafeInteger(mib) || mib < 1) {
@@ -85,15 +87,7 @@ const moved: Record<string, number> = {
   read: bytes + groups * 16,
   write: bytes,
 };
-const stamps = device.createQuerySet({ type: "timestamp", count: 2 });
-const resolved = device.createBuffer({
-  size: 16,
-  usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC,
-});
-const stampsRead = device.createBuffer({
-  size: 16,
-  usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-});
+const span = spanTimer(device);
 const label = adapter.info?.description || adapter.info?.device || "adapter";
 for (const [name, code] of Object.entries(kernels)) {
   const pipe = device.createComputePipeline({
@@ -108,24 +102,15 @@ for (const [name, code] of Object.entries(kernels)) {
   const run = async (rep: number) => {
     const enc = device.createCommandEncoder();
     for (let r = 0; r < rep; r++) {
-      // timestampWrites must name an index (WebGPU's validation; else the encoder is invalid and
-      // nothing of the submit runs), so only the first and last passes get them
-      const timestampWrites: GPUComputePassTimestampWrites = { querySet: stamps };
-      if (r === 0) timestampWrites.beginningOfPassWriteIndex = 0;
-      if (r === rep - 1) timestampWrites.endOfPassWriteIndex = 1;
-      const p = enc.beginComputePass(r === 0 || r === rep - 1 ? { timestampWrites } : {});
+      const p = enc.beginComputePass(span.pass(r, rep));
       p.setPipeline(pipe);
       p.setBindGroup(0, bg);
       p.dispatchWorkgroups(gx, gy);
       p.end();
     }
-    enc.resolveQuerySet(stamps, 0, 2, resolved, 0);
-    enc.copyBufferToBuffer(resolved, 0, stampsRead, 0, 16);
+    span.resolve(enc);
     device.queue.submit([enc.finish()]);
-    await stampsRead.mapAsync(GPUMapMode.READ);
-    const [t0, t1] = new BigUint64Array(stampsRead.getMappedRange());
-    stampsRead.unmap();
-    return Number(t1 - t0) / 1e6;
+    return await span.read();
   };
   // and the same by the host's clock: REP dispatches against one, so Deno's map wait cancels
   const wall = async (rep: number) => {

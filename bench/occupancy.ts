@@ -8,6 +8,8 @@
 //
 // Run: deno run --allow-env bench/occupancy.ts [--kb=14,16,20,22,24,27,28,32] [--sms=132]
 
+import { spanTimer } from "./_span.ts";
+
 const adapter = await navigator.gpu?.requestAdapter();
 if (!adapter) {
   console.log("no WebGPU adapter: nothing to probe");
@@ -54,15 +56,7 @@ const out = device.createBuffer({
   size: sms * Math.max(...WAVES) * 256 * 16,
   usage: GPUBufferUsage.STORAGE,
 });
-const queries = device.createQuerySet({ type: "timestamp", count: 2 });
-const resolved = device.createBuffer({
-  size: 16,
-  usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC,
-});
-const readback = device.createBuffer({
-  size: 16,
-  usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-});
+const span = spanTimer(device);
 
 /** GPU milliseconds of one dispatch of `groups` workgroups, the best of three. */
 async function time(pipeline: GPUComputePipeline, groups: number): Promise<number> {
@@ -73,20 +67,14 @@ async function time(pipeline: GPUComputePipeline, groups: number): Promise<numbe
   let best = Infinity;
   for (let run = 0; run < 3; run++) {
     const encoder = device.createCommandEncoder();
-    const pass = encoder.beginComputePass({
-      timestampWrites: { querySet: queries, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 },
-    });
+    const pass = encoder.beginComputePass(span.pass(0, 1));
     pass.setPipeline(pipeline);
     pass.setBindGroup(0, bindGroup);
     pass.dispatchWorkgroups(groups);
     pass.end();
-    encoder.resolveQuerySet(queries, 0, 2, resolved, 0);
-    encoder.copyBufferToBuffer(resolved, 0, readback, 0, 16);
+    span.resolve(encoder);
     device.queue.submit([encoder.finish()]);
-    await readback.mapAsync(GPUMapMode.READ);
-    const stamps = new BigUint64Array(readback.getMappedRange().slice(0));
-    readback.unmap();
-    best = Math.min(best, Number(stamps[1] - stamps[0]) / 1e6);
+    best = Math.min(best, await span.read());
   }
   return best;
 }
