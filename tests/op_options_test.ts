@@ -573,3 +573,63 @@ Deno.test("in-kernel options: bad values and combinations get named errors", asy
     /^cotangents\.dht must be absent with options\.outputFinalState false \(the call returns no ht\): got Float64Array$/,
   );
 });
+
+// A gate that overflows its dtype (aLog at the checker's limit, a softplus of 3 or a sigmoid's
+// argument past the largest float) decays to exactly 0 and passes no gradient: each term of daLog
+// is that zero gradient times an infinite log decay (or argument), which must count as 0, not NaN.
+const overflowing = (arr: Float32ArrayConstructor | Float64ArrayConstructor, aLog: number) => {
+  const [B, T, H, K, V] = [1, 4, 1, 4, 4];
+  const f = (n: number, v: number) => new arr(n).fill(v);
+  return {
+    x: {
+      B,
+      T,
+      H,
+      K,
+      V,
+      q: f(T * K, 0.5),
+      k: f(T * K, 0.5),
+      v: f(T * V, 1),
+      g: f(T * K, 3),
+      beta: f(T, 0.5),
+      aLog: f(H, aLog),
+      dtBias: f(H * K, 0),
+    } as KdaInputs,
+    cot: { dout: f(T * V, 1), dht: f(K * V, 1) },
+  };
+};
+
+async function assertZeroGateGradients(arm: Arm, dtype: "f32" | "f64", kernels?: string) {
+  const [arr, aLog] = dtype === "f64" ? [Float64Array, 709] : [Float32Array, 88];
+  const { x, cot } = overflowing(arr, aLog);
+  for (const lowerBound of [null, -5]) {
+    const options: KdaOptions = {
+      useGateInKernel: true,
+      ...(lowerBound === null ? {} : { lowerBound }),
+      arm,
+      strict: true,
+      quiet: true,
+      ...(kernels ? { kernels } : {}),
+    };
+    const grads = await kdaVjp(x, cot, options) as unknown as Record<string, Float>;
+    const what = `${arm}${kernels ? ` (${kernels})` : ""} ${dtype}, lowerBound ${lowerBound}`;
+    for (const [name, a] of Object.entries(grads)) {
+      assert.ok(a.every(Number.isFinite), `${what}: ${name} has a value that is not finite`);
+    }
+    assert.ok(grads.daLog[0] === 0, `${what}: daLog ${grads.daLog[0]}, expected 0`);
+    assert.ok(grads.ddtBias.every((v) => v === 0), `${what}: ddtBias not all 0`);
+  }
+}
+
+Deno.test("in-kernel options: a gate past the dtype's range gives daLog 0 on the ops and cpu arms", async () => {
+  for (const dtype of ["f32", "f64"] as const) {
+    for (const arm of ["ops", "cpu"] as const) await assertZeroGateGradients(arm, dtype);
+  }
+});
+
+for (const kernels of GPU_SETS) {
+  gpuTest(
+    `in-kernel options: a gate past f32's range gives daLog 0 on the gpu arm (kernels ${kernels})`,
+    () => assertZeroGateGradients("gpu", "f32", kernels),
+  );
+}

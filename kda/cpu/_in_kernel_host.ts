@@ -189,13 +189,14 @@ export function inKernelBackward(
           if (gate.lowerBound === null) {
             // y = −a·softplus(z): dy/dz = −a·σ(z), dy/daLog = y
             dz[e] = -a * sigmoid(z[e]) * dy;
-            daLog[h] += dy * (-a * softplus(z[e]));
+            // where dy is 0 (as wherever the decay is) the term is 0, though y may have overflowed
+            if (dy !== 0) daLog[h] += dy * (-a * softplus(z[e]));
           } else {
             // y = lb·σ(u), u = a·z: dy/du = lb·σ(u)σ(−u), du/dz = a, du/daLog = u
             const u = a * z[e];
             const du = dy * gate.lowerBound * sigmoid(u) * sigmoid(-u);
             dz[e] = du * a;
-            daLog[h] += du * u;
+            if (du !== 0) daLog[h] += du * u;
           }
           ddtBias[hk] += dz[e];
         }

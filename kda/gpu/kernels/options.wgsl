@@ -132,17 +132,20 @@ fn gateOf(z: f32, h: u32) -> f32 {
   return -sharp * softplusOf(z);
 }
 
-// The gradient of z from that of the log decay, and the term of daLog.
+// The gradient of z from that of the log decay, and the term of daLog. That term is a gradient
+// times a value that may have overflowed f32 (sharp z, or the log decay itself, past 3.4e38 for
+// accepted inputs such as aLog = 88): where the gradient is exactly 0, as it is wherever the decay
+// is, the term is 0, not 0 · ∞ = NaN.
 fn gateGrad(z: f32, h: u32, dy: f32) -> vec2f {
   let sharp = sharpness(h);
   if ((op.flags & LOWER_BOUND) != 0u) {
     // y = lb σ(u), u = sharp z
     let u = sharp * z;
     let du = dy * op.lowerBound * sigm(u) * sigm(-u);
-    return vec2f(du * sharp, du * u);
+    return vec2f(du * sharp, select(du * u, 0.0, du == 0.0));
   }
   // y = −sharp softplus(z): dy/dz = −sharp σ(z), dy/daLog = y
-  return vec2f(-sharp * sigm(z) * dy, dy * (-sharp * softplusOf(z)));
+  return vec2f(-sharp * sigm(z) * dy, select(dy * (-sharp * softplusOf(z)), 0.0, dy == 0.0));
 }
 
 // a: raw g; b: aLog; c3: dtBias; out0: the log decay; out1: z (when saving)
