@@ -4,6 +4,7 @@
 
 import assert from "node:assert/strict";
 import {
+  BFloat16Array,
   DeviceTensor,
   gpuDevice,
   gpuPool,
@@ -303,11 +304,28 @@ Deno.test("toGpu() refuses data that does not fit its shape, by name", async () 
   );
 });
 
-Deno.test("toGpuInputs() refuses f64 arrays by name", async () => {
+Deno.test("toGpuInputs() refuses f64 and 16-bit arrays by name, asking for f32 alone", async () => {
+  const x = randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 1);
   await assert.rejects(
-    () => toGpuInputs(randomKda({ B: 1, T: 8, H: 1, K: 4, V: 4 }, 1) as KdaProblem<Float32Array>),
-    (e: Error) => e instanceof TypeError && /^inputs\.q must be a Float32Array/.test(e.message),
+    () => toGpuInputs(x as KdaProblem<Float32Array>),
+    (e: Error) =>
+      e instanceof TypeError &&
+      e.message === "inputs.q must be a Float32Array for the device: got Float64Array",
   );
+  // kda() takes bf16 (and widens it); the device takes f32 alone, and says so
+  const f32 = Float32Array.from(x.q);
+  for (const name of ["q", "g"] as const) {
+    const y = { ...x, q: f32, k: Float32Array.from(x.k), v: Float32Array.from(x.v) };
+    const z = { ...y, g: Float32Array.from(x.g), beta: Float32Array.from(x.beta), h0: undefined };
+    delete z.h0;
+    const bad = { ...z, [name]: new BFloat16Array(z[name].length) };
+    await assert.rejects(
+      () => toGpuInputs(bad as unknown as KdaProblem<Float32Array>),
+      (e: Error) =>
+        e instanceof TypeError &&
+        e.message === `inputs.${name} must be a Float32Array for the device: got BFloat16Array`,
+    );
+  }
 });
 
 gpuTest("toGpuInputs() carries grouped value heads and packed batches to the device", async () => {

@@ -1,6 +1,7 @@
 // Uploading a problem's typed arrays to the gpu arm's device, as the GpuTensors that kda and
 // kdaVjp take: the arrays are checked as those calls check typed arrays, then uploaded once.
 
+import { typeName } from "../../base/check.ts";
 import type { KdaProblem } from "../_types.ts";
 import { checkKdaInputs, checkKdaOptions } from "./_check.ts";
 import { checkInKernelArrays } from "./_options.ts";
@@ -37,6 +38,15 @@ export async function toGpuInputs(
   options: KdaOptions = {},
 ): Promise<KdaInputs<DeviceTensor>> {
   const opts = checkKdaOptions(options);
+  // the device takes f32 alone: say so before the shared check lists the host's other types
+  for (const name of ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const) {
+    const a: unknown = (inputs as unknown as Record<string, unknown> | null)?.[name];
+    if (a !== undefined && ArrayBuffer.isView(a) && !(a instanceof Float32Array)) {
+      throw new TypeError(
+        `inputs.${name} must be a Float32Array for the device: got ${typeName(a)}`,
+      );
+    }
+  }
   const checked = checkKdaInputs(inputs, { gateInKernel: (opts.inKernel?.gate ?? null) !== null });
   if (checked.device || checked.dtype !== "f32") {
     throw new TypeError(
