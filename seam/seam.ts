@@ -8,6 +8,7 @@
 // A subclass can run a call otherwise through three protected members (run, count, record); only
 // the proof's planted defects (checks/mutants.ts) do, on seams of their own.
 
+import { shown } from "../base/check.ts";
 import { customNode, type Data, tapeOf, type Tensor } from "../tape/mod.ts";
 import type { ComputeDType } from "../base/dtype.ts";
 import { readEnv } from "./_env.ts";
@@ -215,7 +216,7 @@ export class Seam<R> {
   #checkArmName(what: string, value: unknown): string {
     if (typeof value !== "string" || !this.armNames.includes(value)) {
       throw new RangeError(
-        `${what} must be one of ${this.armNames.join(", ")}: got ${String(value)}`,
+        `${what} must be one of ${this.armNames.join(", ")}: got ${shown(value)}`,
       );
     }
     return value;
@@ -309,8 +310,15 @@ export class Seam<R> {
       arm = order[next];
     }
     if (arm !== wanted && strict) {
+      // say where the wanted arm came from: a caller who named none did not require the default
+      const source = explicit !== undefined
+        ? "asked for by options.arm"
+        : required !== undefined
+        ? `required by ${env.require}`
+        : "the default arm";
       throw new Error(
-        `${this.#policy.op} arm ${wanted} was required but cannot run: ${reasons.join("; ")}`,
+        `${this.#policy.op} arm ${wanted} (${source}) did not run, and strict mode runs no other: ` +
+          reasons.join("; "),
       );
     }
     // A policy the caller may have set must not be lost in silence, but a variable that could not

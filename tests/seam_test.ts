@@ -137,10 +137,15 @@ Deno.test("strict mode turns a decline into an error naming the wanted arm and t
   const x = randomKda(shape, 7);
   await assert.rejects(
     () => kda(x, { arm: "gpu", strict: true }),
-    (e: Error) => /KDA arm gpu was required/.test(e.message) && /f64/.test(e.message),
+    (e: Error) =>
+      /^KDA arm gpu \(asked for by options\.arm\) did not run, and strict mode runs no other: /
+        .test(e.message) && /f64/.test(e.message),
   );
   await withEnv({ KDA_REQUIRE_ARM: "gpu" }, async () => {
-    await assert.rejects(() => kda(x), /KDA arm gpu was required but cannot run/);
+    await assert.rejects(
+      () => kda(x),
+      /KDA arm gpu \(required by KDA_REQUIRE_ARM\) did not run, and strict mode runs no other: /,
+    );
   });
 });
 
@@ -162,6 +167,13 @@ Deno.test("KDA_ARM=ops forces the ops arm and records it as a decline", async ()
   assert.equal(c.opsPath, 1);
   assert.equal(c.declined, 1);
   assert.match(seamDecisions()[0].reason, /forced by KDA_ARM=ops/);
+  // strict, the forced arm is refused, and the message does not claim the default was required
+  await withEnv({ KDA_ARM: "ops" }, async () => {
+    await assert.rejects(
+      () => kda(x, { strict: true }),
+      /KDA arm cpu \(the default arm\) did not run, and strict mode runs no other: forced by KDA_ARM=ops$/,
+    );
+  });
   await withEnv({ KDA_ARM: "fast" }, async () => {
     await assert.rejects(() => kda(x), RangeError);
   });
