@@ -23,6 +23,25 @@ export function typeName(x: unknown): string {
 }
 
 /**
+ * A value as a message shows it after "got" where a number belongs: a string in quotes, so that
+ * "16" is not read as 16; anything else as `String` gives it.
+ *
+ * @param value What the caller passed.
+ * @returns Its text for the message.
+ *
+ * @example Usage
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { shown } from "./check.ts";
+ * assert.equal(shown("16"), '"16"');
+ * assert.equal(shown(16), "16");
+ * ```
+ */
+export function shown(value: unknown): string {
+  return typeof value === "string" ? JSON.stringify(value) : String(value);
+}
+
+/**
  * Throws unless `value` is a positive integer.
  *
  * @param name The argument's name, for the message.
@@ -37,7 +56,7 @@ export function typeName(x: unknown): string {
  */
 export function checkPositiveInt(name: string, value: unknown): number {
   if (typeof value !== "number" || !Number.isInteger(value) || value <= 0) {
-    throw new RangeError(`${name} must be a positive integer: got ${String(value)}`);
+    throw new RangeError(`${name} must be a positive integer: got ${shown(value)}`);
   }
   return value;
 }

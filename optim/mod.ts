@@ -18,7 +18,7 @@
  *
  * @module
  */
-import { checkKnownKeys, checkObject, typeName } from "../base/check.ts";
+import { checkKnownKeys, checkObject, shown, typeName } from "../base/check.ts";
 
 import type { Tensor } from "../tape/mod.ts";
 
@@ -69,7 +69,7 @@ function checkRange(
     (loOpen ? value > lo : value >= lo) && (hiOpen ? value < hi : value <= hi);
   if (!ok) {
     const range = `${loOpen ? "(" : "["}${lo}, ${hi === Infinity ? "∞" : hi}${hiOpen ? ")" : "]"}`;
-    throw new RangeError(`${name} must be a finite number in ${range}: got ${String(value)}`);
+    throw new RangeError(`${name} must be a finite number in ${range}: got ${shown(value)}`);
   }
   return value as number;
 }

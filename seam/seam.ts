@@ -8,7 +8,6 @@
 // A subclass can run a call otherwise through three protected members (run, count, record); only
 // the proof's planted defects (checks/mutants.ts) do, on seams of their own.
 
-import { shown } from "../base/check.ts";
 import { customNode, type Data, tapeOf, type Tensor } from "../tape/mod.ts";
 import type { ComputeDType } from "../base/dtype.ts";
 import { readEnv } from "./_env.ts";
@@ -216,7 +215,7 @@ export class Seam<R> {
   #checkArmName(what: string, value: unknown): string {
     if (typeof value !== "string" || !this.armNames.includes(value)) {
       throw new RangeError(
-        `${what} must be one of ${this.armNames.join(", ")}: got ${shown(value)}`,
+        `${what} must be one of ${this.armNames.join(", ")}: got ${String(value)}`,
       );
     }
     return value;

@@ -148,6 +148,10 @@ async function rejectsWith(
   });
 }
 
+/** How a message shows a bad value after "got": a string in quotes, so "2" is not read as 2. */
+const gotText = (bad: unknown) => typeof bad === "string" ? `"${bad}"` : String(bad);
+const escaped = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+
 /** A valid f64 problem: B 1, T 3, H 2, K 4, V 5. */
 function valid(): KdaInputs & { q: Float64Array } {
   const x = randomKda({ B: 1, T: 3, H: 2, K: 4, V: 5 }, 5, { gateMin: -1, withH0: true });
@@ -197,7 +201,7 @@ Deno.test("kda() and kdaVjp() reject every kind of bad input with the named Type
           rejectsWith(
             () => run({ ...valid(), [dim]: bad }),
             RangeError,
-            new RegExp(`inputs\\.${dim} must be a positive integer`),
+            new RegExp(`inputs\\.${dim} must be a positive integer: got ${escaped(gotText(bad))}$`),
           ));
       }
     }
@@ -293,7 +297,7 @@ Deno.test("kda() and kdaVjp() reject every kind of bad input with the named Type
         rejectsWith(
           () => run(valid(), { arm: "cpu", chunkSize: bad }),
           RangeError,
-          /options\.chunkSize must be 16, 32 or 64/,
+          new RegExp(`options\\.chunkSize must be 16, 32 or 64: got ${escaped(gotText(bad))}$`),
         ));
     }
     for (const bad of ["GPU", "tape", "", 0, null]) {

@@ -2,7 +2,7 @@
 
 import type { ChunkSize } from "../_types.ts";
 import { checkChunkSize } from "../op/_check.ts";
-import { checkKnownKeys, checkObject, checkPositiveInt } from "../../base/check.ts";
+import { checkKnownKeys, checkObject, checkPositiveInt, shown } from "../../base/check.ts";
 
 /** Configuration of a {@linkcode KdaModule} layer (docs/kda.md 2.4). */
 export interface KdaConfig {
@@ -178,7 +178,7 @@ export function resolveConfig(
   checkCommon(c);
   checkPositiveInt("config.decayRank", c.decayRank);
   if (typeof c.minDecay !== "number" || !(c.minDecay > 0 && c.minDecay < 1)) {
-    throw new RangeError(`config.minDecay must lie in (0, 1): got ${String(c.minDecay)}`);
+    throw new RangeError(`config.minDecay must lie in (0, 1): got ${shown(c.minDecay)}`);
   }
   return Object.freeze(c);
 }
@@ -210,7 +210,7 @@ function checkCommon(c: {
   if (
     typeof c.seed !== "number" || !Number.isInteger(c.seed) || c.seed < 0 || c.seed > 0xffffffff
   ) {
-    throw new RangeError(`config.seed must be an integer in [0, 2^32): got ${String(c.seed)}`);
+    throw new RangeError(`config.seed must be an integer in [0, 2^32): got ${shown(c.seed)}`);
   }
 }
 
@@ -263,7 +263,7 @@ function resolveKimi(config: KimiConfigInput): Readonly<KimiConfig> {
     );
   }
   if (typeof c.normEps !== "number" || !(c.normEps >= 0) || !Number.isFinite(c.normEps)) {
-    throw new RangeError(`config.normEps must be a finite number >= 0: got ${String(c.normEps)}`);
+    throw new RangeError(`config.normEps must be a finite number >= 0: got ${shown(c.normEps)}`);
   }
   return Object.freeze(c);
 }

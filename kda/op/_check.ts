@@ -31,13 +31,14 @@ import {
   checkObject,
   checkOptionalBoolean,
   checkPositiveInt,
+  shown,
   typeName,
 } from "../../base/check.ts";
 
 /** Throws unless `value` is 16, 32 or 64; returns it typed. */
 export function checkChunkSize(name: string, value: unknown): ChunkSize {
   if (value !== 16 && value !== 32 && value !== 64) {
-    throw new RangeError(`${name} must be 16, 32 or 64: got ${String(value)}`);
+    throw new RangeError(`${name} must be 16, 32 or 64: got ${shown(value)}`);
   }
   return value;
 }
@@ -406,7 +407,7 @@ export function checkKdaInputs(
   const aLog = x.aLog === undefined ? undefined : array("aLog", [HV], `[${hv}]`);
   const dtBias = x.dtBias === undefined ? undefined : array("dtBias", [HV * K], `[${hv}·K]`);
   if (typeof scale !== "number" || !Number.isFinite(scale)) {
-    throw new RangeError(`inputs.scale must be a finite number: got ${String(scale)}`);
+    throw new RangeError(`inputs.scale must be a finite number: got ${shown(scale)}`);
   }
   const problem = {
     B,
@@ -633,7 +634,7 @@ export function checkKdaStep(
   const h0 = checkArray("state", state, [B, HV, K, V], `[B, ${hv}, K, V]`, kind);
   const scale = x.scale === undefined ? K ** -0.5 : x.scale;
   if (typeof scale !== "number" || !Number.isFinite(scale)) {
-    throw new RangeError(`token.scale must be a finite number: got ${String(scale)}`);
+    throw new RangeError(`token.scale must be a finite number: got ${shown(scale)}`);
   }
   const problem = {
     B,
