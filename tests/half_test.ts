@@ -196,6 +196,15 @@ Deno.test("a 16-bit storage array mixed with other array types is a named TypeEr
       () => kda({ ...x32, h0: xs.h0 } as unknown as KdaInputs, { arm: "cpu" }),
       new RegExp(`^inputs\\.h0 must be a Float32Array like the other arrays: got ${name}$`),
     );
+    // the odd one out is named, q included: the call's type is the one most arrays share
+    await rejects(
+      () => kda({ ...x32, q: xs.q } as unknown as KdaInputs, { arm: "cpu" }),
+      new RegExp(`^inputs\\.q must be a Float32Array like the other arrays: got ${name}$`),
+    );
+    await rejects(
+      () => kda({ ...xs, q: x32.q } as unknown as KdaInputs, { arm: "cpu" }),
+      new RegExp(`^inputs\\.q must be a ${name} like the other arrays: got Float32Array$`),
+    );
     await rejects(
       () => kdaVjp(xs, ct32 as unknown as KdaCotangents<PublicFloat>, { arm: "cpu" }),
       new RegExp(`^cotangents\\.dout must be a ${name} like the other arrays: got Float32Array$`),
@@ -234,6 +243,10 @@ Deno.test("a 16-bit storage array mixed with other array types is a named TypeEr
     await rejects(
       () => kdaStep(x32.h0! as unknown as PublicFloat, token as never),
       new RegExp(`^state must be a ${name} like the other arrays: got Float32Array$`),
+    );
+    await rejects(
+      () => kdaStep(xs.h0! as unknown as PublicFloat, { ...token, q: x32.q.slice(0, 24) } as never),
+      new RegExp(`^token\\.q must be a ${name} like the other arrays: got Float32Array$`),
     );
   }
   // a plain Uint16Array is not bf16 data

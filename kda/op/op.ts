@@ -24,6 +24,7 @@ import type {
 } from "../_types.ts";
 import {
   type CallDims,
+  checkArrayTypesAgree,
   type CheckedInputs,
   type CheckedOptions,
   checkKdaCotangents,
@@ -151,6 +152,9 @@ const INPUT_ARRAYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as con
  * back by narrowHalf.
  */
 function widenInputs(inputs: unknown): { inputs: unknown; storage: StorageDType | null } {
+  if (inputs !== null && typeof inputs === "object") {
+    checkArrayTypesAgree("inputs", inputs as Record<string, unknown>, INPUT_ARRAYS);
+  }
   const storage = storageDtypeOf((inputs as { q?: unknown } | null)?.q);
   if (storage === null) return { inputs, storage };
   return {

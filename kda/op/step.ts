@@ -5,7 +5,7 @@
 
 import { Tensor } from "../../tape/mod.ts";
 import type { Arm, Float, KdaProblem, PublicFloat } from "../_types.ts";
-import { checkKdaStep, checkStepOptions } from "./_check.ts";
+import { checkArrayTypesAgree, checkKdaStep, checkStepOptions } from "./_check.ts";
 import { checkInKernelArrays } from "./_options.ts";
 import { checkObject } from "../../base/check.ts";
 import { storageDtypeOf } from "../../base/dtype.ts";
@@ -143,6 +143,12 @@ export async function kdaStep<F extends PublicFloat | GpuTensor>(
   token: KdaStepToken<F>,
   options: KdaStepOptions = {},
 ): Promise<KdaStepResult<StepResultArray<F>>> {
+  if (token !== null && typeof token === "object") {
+    checkArrayTypesAgree("token", token as unknown as Record<string, unknown>, TOKEN_ARRAYS, {
+      name: "state",
+      value: state,
+    });
+  }
   const storage = storageDtypeOf((token as { q?: unknown } | null)?.q);
   let stateIn: unknown = state, tokenIn: unknown = token;
   if (storage !== null) {
