@@ -79,6 +79,9 @@ function checkParams(params: unknown): Map<string, Tensor> {
     throw new TypeError(`params must be a Map of name to Tensor: got ${typeName(params)}`);
   }
   if (params.size === 0) throw new RangeError(`params must hold at least one tensor: got 0`);
+  // each step writes every parameter from its own old values, so memory under two names would
+  // keep only the last name's update: a tied weight is one parameter, given once
+  const seen: { name: string; data: Float64Array | Float32Array }[] = [];
   for (const [name, p] of params) {
     const data = (p as Tensor | undefined)?.data;
     if (!(data instanceof Float64Array || data instanceof Float32Array)) {
@@ -88,6 +91,18 @@ function checkParams(params: unknown): Map<string, Tensor> {
         }`,
       );
     }
+    const start = data.byteOffset, end = start + data.byteLength;
+    const twin = seen.find((o) =>
+      o.data.buffer === data.buffer && o.data.byteOffset < end &&
+      start < o.data.byteOffset + o.data.byteLength
+    );
+    if (twin !== undefined) {
+      throw new RangeError(
+        `params "${String(name)}" must not share memory with another parameter: got the memory ` +
+          `of "${twin.name}" (a tied weight is one parameter, under one name)`,
+      );
+    }
+    seen.push({ name: String(name), data });
   }
   return new Map(params);
 }
@@ -153,7 +168,7 @@ export abstract class ParameterOptimizer implements Optimizer {
   /**
    * Keeps the parameters and the learning rate.
    *
-   * @param params The parameters by name.
+   * @param params The parameters by name, each over memory of its own (a tied weight is given once).
    * @param lr The learning rate, finite and >= 0.
    * @param what The name of the learning rate's argument, for messages.
    */

@@ -283,3 +283,35 @@ Deno.test("an AdamW step that would write a non-finite parameter or moment throw
   adam.step(new Map([["w", new Float64Array([1, -1])], ["b", new Float64Array([1])]]));
   close(f64.w.data, [1 * (1 - 0.1 * 0.01) - 0.1, -2 * (1 - 0.1 * 0.01) + 0.1], 1e-7, "w");
 });
+
+Deno.test("a parameter given under two names, or two views of one memory, is refused by name", () => {
+  const t = new Tensor(Float64Array.from([1, 2]), [2]);
+  const tied = new Map([["a", t], ["b", t]]);
+  const buf = new Float64Array(4);
+  const halves = new Map([
+    ["lo", new Tensor(buf.subarray(0, 2), [2])],
+    ["mid", new Tensor(buf.subarray(1, 3), [2])],
+  ]);
+  for (
+    const make of [
+      (p: Map<string, Tensor>) => new Sgd(p, { lr: 0.1 }),
+      (p: Map<string, Tensor>) => new AdamW(p),
+    ]
+  ) {
+    assert.throws(
+      () => make(tied),
+      /^RangeError: params "b" must not share memory with another parameter: got the memory of "a"/,
+    );
+    assert.throws(() => make(halves), /^RangeError: params "mid" must not share memory .* of "lo"/);
+  }
+  assert.deepEqual(Array.from(t.data), [1, 2], "nothing was updated");
+  // neighbouring views of one buffer are separate parameters
+  const split = new Map([
+    ["lo", new Tensor(buf.subarray(0, 2), [2])],
+    ["hi", new Tensor(buf.subarray(2, 4), [2])],
+  ]);
+  new Sgd(split, { lr: 1 }).step(
+    new Map([["lo", new Float64Array([1, 1])], ["hi", new Float64Array([2, 2])]]),
+  );
+  assert.deepEqual(Array.from(buf), [-1, -1, -2, -2]);
+});
