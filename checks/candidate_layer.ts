@@ -1,6 +1,7 @@
 // `prove --candidate` at layer level: a candidate file that holds a KdaModule's named parameters,
 // the input `x` and cotangent `dy`, and the candidate's output `y` and parameter gradients
-// (`grad/<name>`) gets the proof's per-group table against the exact f64 layer, and a diagnosis.
+// (`grad/<name>`) gets the proof's per-group table against the exact f64 layer, and a diagnosis;
+// the input's gradient (`grad/x`) a row of its own where the file holds it.
 // Every group of the layer has a row: a gradient the file lacks is a failing row that names it.
 
 import { KdaModule, PARAMETER_TABLE } from "../kda/module.ts";
@@ -59,6 +60,11 @@ export interface LayerCandidateReport {
   output: LayerCandidateRow;
   /** One row per group of the layer, in table order. */
   rows: LayerCandidateRow[];
+  /**
+   * The input's gradient (`grad/x`) against the exact dx, where the file holds it (what carries
+   * the gradient to the layers below); null where it does not, and then nothing checks it.
+   */
+  input: LayerCandidateRow | null;
   /** What the figures say went wrong, or null when the candidate agrees. */
   diagnosis: string | null;
   /** The file's tensors that the check did not read. */
@@ -244,6 +250,8 @@ export async function checkLayerCandidate(
       g === undefined ? undefined : sized(`grad/${name}`, g, p.size, p.shape),
     );
   }
+  const candidateDx = get("grad/x");
+  if (candidateDx !== undefined) sized("grad/x", candidateDx, x.length, xt.shape);
   const referenceArm: Arm = B * T <= 2048 ? "ops" : "cpu";
   const run = { arm: referenceArm, strict: true, quiet: true };
   const exact = await layer.vjp(x, [B, T], dy, run);
@@ -264,7 +272,7 @@ export async function checkLayerCandidate(
     const a = await rounded.vjp(r(x), [B, T], r(dy), run);
     attainable = {
       y: a.y.map(round),
-      grads: new Map([...a.grads].map(([n, g]) => [n, g.map(round)])),
+      grads: new Map([...a.grads, ["x", a.dx] as const].map(([n, g]) => [n, g.map(round)])),
     };
   }
   const row = (
@@ -307,10 +315,16 @@ export async function checkLayerCandidate(
   const rows = names.map((n) =>
     row(n, candidateGrads.get(n), exact.grads.get(n)!, f32.layerGradients)
   );
-  const ok = output.ok && rows.every((r) => r.ok);
+  const input = candidateDx === undefined
+    ? null
+    : row("x", candidateDx, exact.dx, f32.layerGradients);
+  const ok = output.ok && rows.every((r) => r.ok) && (input?.ok ?? true);
   const unused: UnusedTensor[] = [...file.tensors.keys()].filter((n) => !used.has(n)).map((
     name,
-  ) => ({ name, reason: "not a name of the layer's run (x, dy, y), parameters or grad/<name>" }));
+  ) => ({
+    name,
+    reason: "not a name of the layer's run (x, dy, y), parameters, grad/<name> or grad/x",
+  }));
   return {
     ok,
     precision: choice.precision,
@@ -320,7 +334,8 @@ export async function checkLayerCandidate(
     config: layer.config,
     output,
     rows,
-    diagnosis: ok ? null : diagnose(output, rows, fileName),
+    input,
+    diagnosis: ok ? null : diagnose(output, input === null ? rows : [...rows, input], fileName),
     unused,
   };
 }

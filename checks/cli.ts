@@ -62,7 +62,8 @@ Someone else's kernel (instead of the proof):
                       dht, cu_seqlens; v, g, beta, h0 may have HV = a multiple of H heads) and
                       any results (o, ht, dq, dk, dv, dg, dbeta, dh0) of a KDA kernel, checked
                       against the exact f64 reference on the same values; or a layer (x, dy, the
-                      parameters, y and grad/<name> for every group); - reads standard input
+                      parameters, y and grad/<name> for every group; grad/x, the input's gradient,
+                      is checked where present); - reads standard input
   --precision bf16|f16|f32  the precision the candidate claims, which sets the bars (default:
                       read from the inputs' dtypes: BF16 -> bf16, F16 -> f16, F32 and F64 -> f32)
   --chunk-size N      the candidate's chunk size, to place errors in chunks (default 64)
@@ -414,7 +415,7 @@ async function candidateMain(path: string, o: {
     console.log(
       `layer candidate; reference: the f64 ${report.referenceArm} arm; ${report.precisionNote}`,
     );
-    for (const r of [report.output, ...report.rows]) {
+    for (const r of [report.output, ...report.rows, ...(report.input ? [report.input] : [])]) {
       console.log(
         r.missing
           ? `  ${r.name.padEnd(22)}missing: the file holds no grad/${r.name}  FAIL`
@@ -422,6 +423,9 @@ async function candidateMain(path: string, o: {
             fmt(r.agreement.refMax)
           })  bar ${r.bar.toExponential(1)}  ${r.ok ? "ok" : "FAIL"}`,
       );
+    }
+    if (report.input === null) {
+      console.log("note: the file holds no grad/x, so nothing checks the input's gradient");
     }
     printUnused(report.unused);
     if (report.diagnosis) console.log(`diagnosis: ${report.diagnosis}`);

@@ -439,8 +439,8 @@ export async function mutations(
 // ---- layer candidates ----
 
 /**
- * A valid layer candidate: a small random layer, its input and cotangent, its output and every
- * group's gradient from the f64 layer on the cpu arm (the checker's reference runs the ops arm),
+ * A valid layer candidate: a small random layer, its input and cotangent, its output, every
+ * group's gradient and the input's from the f64 layer on the cpu arm (the checker's reference runs the ops arm),
  * all stored in `dtype` (values rounded to it first, so the file holds what was computed on).
  */
 export async function makeLayerCandidate(
@@ -472,6 +472,7 @@ export async function makeLayerCandidate(
     ["x", { data: x, shape, dtype: d }],
     ["dy", { data: dy, shape, dtype: d }],
     ["y", { data: run.y, shape, dtype: d }],
+    ["grad/x", { data: run.dx, shape, dtype: d }],
   ]);
   for (const [name, p] of layer.parameters()) {
     file.set(name, { data: p.data, shape: [...p.shape], dtype: d });
@@ -507,7 +508,7 @@ export function layerMutations(
     m.delete(name);
     add(`missing ${name}`, m, "refuse");
   }
-  const target = pick(["y", `grad/${group}`]);
+  const target = pick(["y", `grad/${group}`, "grad/x"]);
   const nan = copy();
   const nd = nan.get(target)!.data as Float64Array;
   nd[Math.floor(rand() * nd.length)] = NaN;

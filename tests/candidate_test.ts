@@ -266,8 +266,36 @@ async function layerCandidate(dtype: "F32" | "BF16" = "F32") {
     file.set(name, { data: p.data, shape: [...p.shape], dtype });
     file.set(`grad/${name}`, { data: run.grads.get(name)!, shape: [...p.shape], dtype });
   }
-  return { layer, file };
+  return { layer, file, dx: run.dx };
 }
+
+Deno.test("a layer candidate's input gradient grad/x is checked where the file holds it", async () => {
+  const { file, dx } = await layerCandidate();
+  const without = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
+  assert.ok(without.ok);
+  assert.equal(without.input, null, "no grad/x: no row, said as unchecked");
+  file.set("grad/x", { data: dx, shape: [1, 20, 8], dtype: "F32" });
+  const good = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
+  assert.ok(good.ok && good.input?.ok, JSON.stringify(good.input));
+  assert.deepEqual(good.unused, []);
+  const mutants: [string, Float64Array][] = [["zeroed", dx.map(() => 0)], [
+    "scaled",
+    dx.map((v) => v * 1.01),
+  ]];
+  for (const [label, bad] of mutants) {
+    file.set("grad/x", { data: bad, shape: [1, 20, 8], dtype: "F32" });
+    const r = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
+    assert.equal(r.input?.ok, false, `grad/x ${label}: ${JSON.stringify(r.input)}`);
+    assert.equal(r.ok, false, `grad/x ${label}: the candidate must not agree`);
+    assert.ok(r.rows.every((row) => row.ok), `grad/x ${label}: the groups still agree`);
+    assert.match(r.diagnosis ?? "", /\bx\b/, `grad/x ${label}: the diagnosis names x`);
+  }
+  file.set("grad/x", { data: dx.subarray(0, 8), shape: [8], dtype: "F32" });
+  await assert.rejects(
+    () => checkLayerCandidate(roundTrip(file), { precision: "f32" }),
+    /candidate tensor grad\/x must have 160 elements \[1, 20, 8\]: got 8/,
+  );
+});
 
 Deno.test("a layer candidate missing grad/q_proj.weight gets a failing row named for it", async () => {
   const { file } = await layerCandidate();
