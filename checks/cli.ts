@@ -42,9 +42,9 @@ Flags:
   --kernels NAME      the gpu arm's kernel set to prove (default: KDA_GPU_KERNELS, else the
                       arm's rule: split); see docs/kda.md 3.2
   --conv              the 14-group layer with the short convolution
-  --shape B,T         the input's batch and length (default 2,256: the trainer shape); above
-                      2048 tokens central differences are sampled (one coordinate a group) and
-                      the exact directional checks carry the proof
+  --shape B,T         the input's batch and length, T >= 2 (default 2,256: the trainer shape);
+                      above 2048 tokens central differences are sampled (one coordinate a group)
+                      and the exact directional checks carry the proof
   --config FILE       a JSON object of KdaConfig fields to override, or of a Kimi Linear layer
                       ({"form": "kimi", ...}: fla's KimiDeltaAttention, docs/kda.md 2.9)
   --repeat N          N reruns in this process plus one in a second process, compared bit for bit
@@ -57,7 +57,7 @@ Flags:
                       (default: a compact table that fits 100 characters)
   --help              this text
 
-Someone else's kernel (instead of the proof):
+Someone else's kernel (instead of the proof; a flag of one mode is refused in the other):
   --candidate FILE    a safetensors file with the inputs (q, k, v, g, beta; optionally h0, dout,
                       dht, cu_seqlens; v, g, beta, h0 may have HV = a multiple of H heads) and
                       any results (o, ht, dq, dk, dv, dg, dbeta, dh0) of a KDA kernel, checked
@@ -84,11 +84,78 @@ class UsageError extends Error {}
 
 function parseShape(text: string | undefined): [number, number] | undefined {
   if (text === undefined) return undefined;
-  const parts = text.split(",").map(Number);
-  if (parts.length !== 2 || !parts.every((n) => Number.isInteger(n) && n > 0)) {
-    throw new UsageError(`--shape must be two positive integers B,T: got ${text}`);
+  const parts = /^\d+,\d+$/.test(text) ? text.split(",").map(Number) : [];
+  if (parts.length !== 2 || !parts.every((n) => Number.isSafeInteger(n) && n > 0)) {
+    throw new UsageError(`--shape must be two positive integers B,T, in decimal: got ${text}`);
+  }
+  // with one token the gates scale only the initial state, which is zero: their groups' gradients
+  // are exactly zero for any layer, and nothing can prove them
+  if (parts[1] < 2) {
+    throw new UsageError(
+      `--shape T must be at least 2 (with one token the decay groups get no gradient to prove): got ${text}`,
+    );
   }
   return [parts[0], parts[1]];
+}
+
+/** The flags of each mode: a flag of the other mode is refused, not ignored. */
+const PROOF_ONLY = [
+  "arm",
+  "kernels",
+  "conv",
+  "shape",
+  "config",
+  "repeat",
+  "mutants",
+  "wide",
+] as const;
+const CANDIDATE_ONLY = ["precision", "chunk-size", "svg", "map", "compare"] as const;
+
+function checkModeFlags(values: Record<string, unknown>): void {
+  const given = (name: string) => values[name] !== undefined && values[name] !== false;
+  const candidate = values.candidate !== undefined;
+  const stray = (candidate ? PROOF_ONLY : CANDIDATE_ONLY).filter(given);
+  if (stray.length > 0) {
+    throw new UsageError(
+      candidate
+        ? `--${stray[0]} belongs to the proof and has no effect with --candidate: got both`
+        : `--${stray[0]} belongs to --candidate and has no effect on the proof: got no --candidate`,
+    );
+  }
+}
+
+/** Throws unless the directory a result is to be written into exists, before any work is done. */
+function checkWritable(path: string | undefined, flag: string): void {
+  if (path === undefined) return;
+  const slash = path.lastIndexOf("/");
+  const dir = slash < 0 ? "." : slash === 0 ? "/" : path.slice(0, slash);
+  let isDirectory = false;
+  try {
+    isDirectory = Deno.statSync(dir).isDirectory;
+  } catch {
+    isDirectory = false;
+  }
+  if (!isDirectory) {
+    throw new UsageError(`${flag} must name a file in an existing directory: got ${path}`);
+  }
+}
+
+/**
+ * A run that needs more memory than the host gives fails in V8's allocator ("Array buffer
+ * allocation failed"); said in one line naming the flags that set its size.
+ */
+async function sized<X>(run: () => Promise<X>, what: string): Promise<X> {
+  try {
+    return await run();
+  } catch (error) {
+    if (
+      error instanceof RangeError &&
+      /allocation failed|Invalid typed array length/.test(error.message)
+    ) {
+      throw new UsageError(`${what} does not fit in this process's memory: ${error.message}`);
+    }
+    throw error;
+  }
 }
 
 async function readConfig(
@@ -107,6 +174,9 @@ async function readConfig(
     if (typeof config !== "object" || config === null || Array.isArray(config)) {
       throw new UsageError(`--config must hold a JSON object: got ${JSON.stringify(config)}`);
     }
+  }
+  if (conv && (config as { shortConv?: unknown }).shortConv === false) {
+    throw new UsageError(`--conv conflicts with --config ${path}, whose shortConv is false`);
   }
   return conv ? { ...config, shortConv: true } : config;
 }
@@ -203,7 +273,7 @@ async function main(args: string[]): Promise<number> {
         child: { type: "boolean", default: false },
         candidate: { type: "string" },
         precision: { type: "string" },
-        "chunk-size": { type: "string", default: "64" },
+        "chunk-size": { type: "string" },
         svg: { type: "string" },
         map: { type: "string" },
         compare: { type: "string" },
@@ -217,11 +287,18 @@ async function main(args: string[]): Promise<number> {
     console.log(HELP);
     return 0;
   }
+  checkModeFlags(values);
+  checkWritable(values.json, "--json");
+  checkWritable(values.svg, "--svg");
   if (values.format !== "text" && values.format !== "markdown") {
     throw new UsageError(`--format must be text or markdown: got ${values.format}`);
   }
   const format = values.format;
-  const repeat = values.repeat === undefined ? undefined : Number(values.repeat);
+  const repeat = values.repeat === undefined
+    ? undefined
+    : /^\d+$/.test(values.repeat)
+    ? Number(values.repeat)
+    : NaN;
   if (repeat !== undefined && !(Number.isInteger(repeat) && repeat >= 1)) {
     throw new UsageError(`--repeat must be a positive integer: got ${values.repeat}`);
   }
@@ -235,7 +312,7 @@ async function main(args: string[]): Promise<number> {
   if (values.candidate !== undefined) {
     return await candidateMain(values.candidate, {
       precision: values.precision,
-      chunkSize: values["chunk-size"]!,
+      chunkSize: values["chunk-size"],
       svg: values.svg,
       map: values.map,
       compare: values.compare,
@@ -256,8 +333,11 @@ async function main(args: string[]): Promise<number> {
     ...(values.shape ? ["--shape", values.shape] : []),
     ...(values.config ? ["--config", values.config] : []),
   ];
+  const size = `--shape ${dims?.join(",") ?? "2,256"}${
+    values.config ? ` with --config ${values.config}` : ""
+  }`;
   if (values.child) {
-    console.log(encode(await provenRun({ arm, kernels, config, dims })));
+    console.log(encode(await sized(() => provenRun({ arm, kernels, config, dims }), size)));
     return 0;
   }
   console.log(
@@ -289,7 +369,7 @@ async function main(args: string[]): Promise<number> {
     fdProbes: tokens > 2048 ? 1 : 3,
     ...(repeat !== undefined ? { otherProcess: () => otherProcess(childArgs) } : {}),
   };
-  const report = await runProof(base);
+  const report = await sized(() => runProof(base), size);
   printReport(report, format, console.log, { wide: values.wide });
   let ok = report.ok;
   const kills: KillRow[] = [];
@@ -373,7 +453,7 @@ function printUnused(unused: readonly { name: string; reason: string }[]): void 
 
 async function candidateMain(path: string, o: {
   precision?: string;
-  chunkSize: string;
+  chunkSize?: string;
   svg?: string;
   map?: string;
   compare?: string;
@@ -386,7 +466,8 @@ async function candidateMain(path: string, o: {
   ) {
     throw new UsageError(`--precision must be bf16, f16 or f32: got ${o.precision}`);
   }
-  const chunkSize = Number(o.chunkSize);
+  const chunkText = o.chunkSize ?? "64";
+  const chunkSize = /^\d+$/.test(chunkText) ? Number(chunkText) : NaN;
   if (chunkSize !== 16 && chunkSize !== 32 && chunkSize !== 64) {
     throw new UsageError(`--chunk-size must be 16, 32 or 64: got ${o.chunkSize}`);
   }
@@ -411,6 +492,13 @@ async function candidateMain(path: string, o: {
   }
   const map = o.map === undefined ? undefined : await readMap(o.map);
   if (isLayerCandidate(file, map)) {
+    for (const [flag, value] of [["--svg", o.svg], ["--chunk-size", o.chunkSize]] as const) {
+      if (value !== undefined) {
+        throw new UsageError(
+          `${flag} places the op's errors by chunk and has no effect on a layer candidate: got ${flag} ${value}`,
+        );
+      }
+    }
     const report = await checkLayerCandidate(file, { precision, map });
     console.log(
       `layer candidate; reference: the f64 ${report.referenceArm} arm; ${report.precisionNote}`,
@@ -432,6 +520,11 @@ async function candidateMain(path: string, o: {
     console.log(report.ok ? "CANDIDATE AGREES" : "CANDIDATE DISAGREES");
     if (o.json) await Deno.writeTextFile(o.json, `${JSON.stringify(report, null, 2)}\n`);
     return report.ok ? 0 : 1;
+  }
+  if (o.map !== undefined) {
+    throw new UsageError(
+      `--map names a layer's parameters and has no effect on an op candidate: got --map ${o.map}`,
+    );
   }
   const report = await checkCandidate(file, { precision, chunkSize });
   const { N, lengths, H, HV, K, V } = report.dims;

@@ -508,6 +508,32 @@ Deno.test("prove --candidate says where the precision came from, and exits 2 on 
   assert.equal(empty.code, 2, empty.stdout);
   assert.match(empty.stderr, /^prove: candidate .*checks nothing/m);
   assert.doesNotMatch(empty.stdout, /AGREES/);
+  // a flag that means nothing for this kind of file is refused, not ignored
+  const op = await cli(bf16, "--map", "tests/fixtures/name_map.json");
+  assert.equal(op.code, 2, op.stdout);
+  assert.match(
+    op.stderr,
+    /^prove: --map names a layer's parameters and has no effect on an op candidate/m,
+  );
+  const { file } = await layerCandidate();
+  const layerBytes = writeSafetensors(file);
+  for (const flag of [["--svg", "x.svg"], ["--chunk-size", "32"]]) {
+    const layer = await cli(layerBytes, ...flag);
+    assert.equal(layer.code, 2, layer.stdout);
+    assert.match(
+      layer.stderr,
+      new RegExp(
+        `^prove: ${flag[0]} places the op's errors by chunk and has no effect on a layer candidate`,
+        "m",
+      ),
+    );
+  }
+  const layer = await cli(layerBytes);
+  assert.equal(layer.code, 0, layer.stdout + layer.stderr);
+  assert.match(
+    layer.stdout,
+    /^note: the file holds no grad\/x, so nothing checks the input's gradient$/m,
+  );
 });
 
 // ---- flash-linear-attention's real chunk_kda (project issue, item 3) ----

@@ -457,6 +457,35 @@ Deno.test("deno task prove --help lists the flags and exit codes, and a bad flag
     new TextDecoder().decode(bad.stderr),
     /^prove: --shape must be two positive integers/m,
   );
+  // each refused before any work, with the flag named and exit code 2
+  const refusals: [string[], RegExp][] = [
+    [
+      ["--shape", "0x1,1e1"],
+      /^prove: --shape must be two positive integers B,T, in decimal: got 0x1,1e1$/m,
+    ],
+    [["--shape", "2,1"], /^prove: --shape T must be at least 2 .*: got 2,1$/m],
+    [["--repeat", " 3"], /^prove: --repeat must be a positive integer: got {2}3$/m],
+    [
+      ["--candidate", "f.safetensors", "--mutants"],
+      /^prove: --mutants belongs to the proof and has no effect with --candidate/m,
+    ],
+    [["--candidate", "f.safetensors", "--shape", "1,8"], /^prove: --shape belongs to the proof/m],
+    [["--svg", "x.svg"], /^prove: --svg belongs to --candidate and has no effect on the proof/m],
+    [["--chunk-size", "32"], /^prove: --chunk-size belongs to --candidate/m],
+    [
+      ["--conv", "--config", "tests/fixtures/no_conv.json"],
+      /^prove: --conv conflicts with --config tests\/fixtures\/no_conv\.json, whose shortConv is false$/m,
+    ],
+    [
+      ["--json", "/no-such-dir-kda/x.json"],
+      /^prove: --json must name a file in an existing directory: got \/no-such-dir-kda\/x\.json$/m,
+    ],
+  ];
+  for (const [args, re] of refusals) {
+    const out = await run(args);
+    assert.equal(out.code, 2, args.join(" "));
+    assert.match(new TextDecoder().decode(out.stderr), re, args.join(" "));
+  }
   const conflict = await run(["--arm", "cpu"], { KDA_REQUIRE_ARM: "ops" });
   assert.equal(conflict.code, 2);
   assert.match(
