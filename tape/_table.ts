@@ -222,6 +222,24 @@ function mmTN(a: Data, g: Data, out: Data, m: number, k: number, n: number): voi
  * apply("l2norm", rowNorm(false, 0), [new Tensor(Float64Array.of(3, 4), [1, 2])], undefined);
  * ```
  */
+/**
+ * 1 / sqrt(Σx²/div + eps) of the row of n entries at r. Σx² of finite entries can overflow (|x|
+ * past about 1e154) or, with eps = 0, underflow to 0 where the row is not zero; such a row is summed
+ * again scaled by its largest |x|, so that the result stays the finite value it is. Every other row
+ * takes the plain sum.
+ */
+function rowInverse(xd: Data, r: number, n: number, div: number, eps: number): number {
+  let ss = 0;
+  for (let j = 0; j < n; j++) ss += xd[r + j] * xd[r + j];
+  if (ss < Infinity && !(ss === 0 && eps === 0)) return 1 / Math.sqrt(ss / div + eps);
+  let m = 0;
+  for (let j = 0; j < n; j++) m = Math.max(m, Math.abs(xd[r + j]));
+  if (!(m > 0 && m < Infinity)) return 1 / Math.sqrt(ss / div + eps); // zero, NaN or infinite
+  let s = 0;
+  for (let j = 0; j < n; j++) s += (xd[r + j] / m) * (xd[r + j] / m);
+  return 1 / (m * Math.sqrt(s / div + (eps === 0 ? 0 : eps / (m * m))));
+}
+
 export function rowNorm(mean: boolean, eps: number): OpDef<void> {
   // y = x / sqrt(Σx²/div + eps): div = 1 is L2 normalisation, div = n (the mean) is RMSNorm.
   const def: OpDef<void> = {
@@ -231,9 +249,7 @@ export function rowNorm(mean: boolean, eps: number): OpDef<void> {
       const xd = x.data;
       const div = mean ? n : 1;
       for (let r = 0; r < x.size; r += n) {
-        let ss = 0;
-        for (let j = 0; j < n; j++) ss += xd[r + j] * xd[r + j];
-        const inv = 1 / Math.sqrt(ss / div + eps);
+        const inv = rowInverse(xd, r, n, div, eps);
         for (let j = 0; j < n; j++) data[r + j] = xd[r + j] * inv;
       }
       return { data, shape: x.shape };
@@ -245,12 +261,9 @@ export function rowNorm(mean: boolean, eps: number): OpDef<void> {
       const xd = x.data, yd = y.data;
       const div = mean ? n : 1;
       for (let r = 0; r < x.size; r += n) {
-        let ss = 0, gdoty = 0;
-        for (let j = 0; j < n; j++) {
-          ss += xd[r + j] * xd[r + j];
-          gdoty += gy[r + j] * yd[r + j];
-        }
-        const inv = 1 / Math.sqrt(ss / div + eps);
+        let gdoty = 0;
+        for (let j = 0; j < n; j++) gdoty += gy[r + j] * yd[r + j];
+        const inv = rowInverse(xd, r, n, div, eps);
         for (let j = 0; j < n; j++) gx[r + j] = inv * (gy[r + j] - yd[r + j] * gdoty / div);
       }
       return [gx];
@@ -296,7 +309,8 @@ export const OPS = {
   log: unary(Math.log, (x, _y, g) => g / x),
   sqrt: unary(Math.sqrt, (_x, y, g) => g / (2 * y)),
   rsqrt: unary((x) => 1 / Math.sqrt(x), (_x, y, g) => -0.5 * g * y * y * y),
-  sigmoid: unary(sigmoidOf, (_x, y, g) => g * y * (1 - y)),
+  // σ'(x) = σ(x) σ(−x): 1 − y would cancel once y is near 1 (x past about 20)
+  sigmoid: unary(sigmoidOf, (x, y, g) => g * y * sigmoidOf(-x)),
   silu: unary((x) => x * sigmoidOf(x), (x, _y, g) => {
     const s = sigmoidOf(x);
     return g * (s + x * s * (1 - s));

@@ -2,6 +2,7 @@
 // entry of the op table (_table.ts), where the forward, VJP and JVP live side by side.
 
 import { alloc, type ComputeDType } from "../base/dtype.ts";
+import { typeName } from "../base/check.ts";
 import { type Data, type MaybePromise, sizeOf, type Tape, tapeOf, Tensor } from "./tape.ts";
 import { apply, OPS, rowNorm, unstackDef } from "./_table.ts";
 import type { Shape } from "./_broadcast.ts";
@@ -326,6 +327,9 @@ export function sum(x: Tensor, axis: number, options: { keepDims?: boolean } = {
  */
 export function reshape(x: Tensor, shape: readonly number[]): Tensor {
   checkTensor("reshape", "x", x);
+  if (!Array.isArray(shape)) {
+    throw new TypeError(`reshape() shape must be an array of dimensions: got ${typeName(shape)}`);
+  }
   if (!shape.every((d) => Number.isInteger(d) && d >= 0) || sizeOf(shape) !== x.size) {
     throw new RangeError(
       `reshape() shape must have ${x.size} elements: got [${shape.join(", ")}]`,
@@ -351,6 +355,9 @@ export function reshape(x: Tensor, shape: readonly number[]): Tensor {
 export function slice(x: Tensor, axis: number, range: { start: number; end: number }): Tensor {
   checkTensor("slice", "x", x);
   const a = checkAxis("slice", x.shape, axis);
+  if (typeof range !== "object" || range === null) {
+    throw new TypeError(`slice() range must be an object { start, end }: got ${typeName(range)}`);
+  }
   const { start, end } = range;
   if (
     !Number.isInteger(start) || !Number.isInteger(end) || start < 0 || end > x.shape[a] ||
@@ -430,6 +437,13 @@ function checkEps(name: string, eps: number): void {
   }
 }
 
+/** Throws unless `x` has an axis to normalise over. */
+function checkRows(name: string, x: Tensor): void {
+  if (x.shape.length === 0) {
+    throw new RangeError(`${name}() x must have at least one axis (its rows): got a scalar`);
+  }
+}
+
 /**
  * L2 normalisation over the last axis: `x / sqrt(Σ x² + eps)`.
  *
@@ -445,6 +459,7 @@ function checkEps(name: string, eps: number): void {
  */
 export function l2norm(x: Tensor, options: { eps?: number } = {}): Tensor {
   checkTensor("l2norm", "x", x);
+  checkRows("l2norm", x);
   const eps = options.eps ?? 1e-6;
   checkEps("l2norm", eps);
   return apply("l2norm", rowNorm(false, eps), [x], undefined);
@@ -465,6 +480,7 @@ export function l2norm(x: Tensor, options: { eps?: number } = {}): Tensor {
  */
 export function rmsnorm(x: Tensor, options: { eps?: number } = {}): Tensor {
   checkTensor("rmsnorm", "x", x);
+  checkRows("rmsnorm", x);
   const eps = options.eps ?? 1e-5;
   checkEps("rmsnorm", eps);
   return apply("rmsnorm", rowNorm(true, eps), [x], undefined);
@@ -585,6 +601,9 @@ export function constant(
   values: ArrayLike<number>,
   shape?: readonly number[],
 ): Tensor {
+  if (dtype !== "f64" && dtype !== "f32") {
+    throw new TypeError(`constant() dtype must be "f64" or "f32": got ${String(dtype)}`);
+  }
   const data = alloc(dtype, values.length);
   data.set(values);
   return new Tensor(data, shape ?? [values.length]);

@@ -2,6 +2,7 @@
 // reverse mode (VJPs), walking it forwards one for forward mode (JVPs), without any graph search.
 
 import { alloc, type ComputeArray, type ComputeDType, computeDtypeOf } from "../base/dtype.ts";
+import { typeName } from "../base/check.ts";
 
 /** The typed array behind a tensor. */
 export type Data = ComputeArray;
@@ -173,13 +174,25 @@ export class Tape {
       const gxs = await node.vjp(gys);
       node.inputs.forEach((x, i) => {
         const g = gxs[i];
-        if (x !== undefined && x.tape === this && g !== null && g !== undefined) accumulate(x, g);
+        if (x !== undefined && x.tape === this && g !== null && g !== undefined) {
+          // a custom node's VJP is the caller's code: its arrays must be the tape's
+          this.#checkDtype(g, `${node.name}'s VJP result for input ${i}`);
+          accumulate(x, g);
+        }
       });
     }
+    // A gradient may still be a caller's cotangent (reshape passes its own through) or one array
+    // handed to two variables: each returned gradient is an array of its own, so that changing it
+    // in place (clipping) changes nothing else.
+    const theirs = new Set<Data>(seeds.map((s) => s.cotangent));
+    const returned = new Set<Data>();
     const out: Gradients = new Map();
     for (const v of this.#variables) {
-      const g = grads.get(v);
-      if (g !== undefined) out.set(v, g);
+      let g = grads.get(v);
+      if (g === undefined) continue;
+      if (theirs.has(g) || returned.has(g)) g = g.slice();
+      returned.add(g);
+      out.set(v, g);
     }
     return out;
   }
@@ -322,6 +335,9 @@ export class Tensor {
    */
   constructor(data: Data, shape: readonly number[], tape?: Tape) {
     computeDtypeOf(data, "Tensor data");
+    if (!Array.isArray(shape)) {
+      throw new TypeError(`Tensor shape must be an array of dimensions: got ${typeName(shape)}`);
+    }
     for (const d of shape) {
       if (!Number.isInteger(d) || d < 0) {
         throw new RangeError(
