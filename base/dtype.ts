@@ -440,3 +440,49 @@ export function f16Value(bits: number): number {
 export function bf16Value(bits: number): number {
   return decodeMini(bits & 0xffff, BF16);
 }
+
+/**
+ * Throws unless a call's typed arrays are all of one type, naming the odd one: the type most of
+ * them share is the call's (the first's on a tie), so that a wrong first array (q) is not blamed
+ * on the next. Values that are
+ * not arrays of the dtype table's types are left to the checks of each argument.
+ *
+ * @param what The arguments object's name, for messages.
+ * @param x The arguments object.
+ * @param keys Its array fields, in the order an odd one is looked for.
+ * @param extra Another argument of the call that must share the type (kdaStep's state).
+ *
+ * @example Usage
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { checkArrayTypesAgree } from "./dtype.ts";
+ * const f = (n: number) => new Float64Array(n);
+ * assert.throws(
+ *   () => checkArrayTypesAgree("inputs", { q: new Float32Array(2), k: f(2), v: f(2) }, ["q", "k", "v"]),
+ *   /^TypeError: inputs\.q must be a Float64Array like the other arrays: got Float32Array$/,
+ * );
+ * ```
+ */
+export function checkArrayTypesAgree(
+  what: string,
+  x: Record<string, unknown>,
+  keys: readonly string[],
+  extra?: { name: string; value: unknown },
+): void {
+  // arrays of the dtype table's types only: any other is refused by its own check, with the types
+  const floatArray = (v: unknown): v is ArrayBufferView =>
+    Object.values(DTYPES).some((t) => t.array !== undefined && v instanceof t.array);
+  const arrays: [string, ArrayBufferView][] = [];
+  for (const k of keys) {
+    const v = x[k];
+    if (floatArray(v)) arrays.push([`${what}.${k}`, v]);
+  }
+  if (extra !== undefined && floatArray(extra.value)) arrays.push([extra.name, extra.value]);
+  const counts = new Map<string, number>();
+  for (const [, v] of arrays) counts.set(typeName(v), (counts.get(typeName(v)) ?? 0) + 1);
+  if (counts.size <= 1) return;
+  let want = typeName(arrays[0][1]);
+  for (const [type, n] of counts) if (n > counts.get(want)!) want = type;
+  const [name, odd] = arrays.find(([, v]) => typeName(v) !== want)!;
+  throw new TypeError(`${name} must be a ${want} like the other arrays: got ${typeName(odd)}`);
+}

@@ -24,7 +24,6 @@ import type {
 } from "../_types.ts";
 import {
   type CallDims,
-  checkArrayTypesAgree,
   type CheckedInputs,
   type CheckedOptions,
   checkKdaCotangents,
@@ -33,7 +32,7 @@ import {
 } from "./_check.ts";
 import { checkInKernelArrays } from "./_options.ts";
 import { checkObject, typeName } from "../../base/check.ts";
-import { type StorageDType, storageDtypeOf } from "../../base/dtype.ts";
+import { checkArrayTypesAgree, type StorageDType, storageDtypeOf } from "../../base/dtype.ts";
 import { narrowHalf, widenHalf } from "./_half.ts";
 import { giveBackCopies } from "./_copies.ts";
 import { DEFER_CHECK_BYTES, ValueChecks } from "./_value_checks.ts";

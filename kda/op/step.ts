@@ -5,10 +5,10 @@
 
 import { Tensor } from "../../tape/mod.ts";
 import type { Arm, Float, KdaProblem, PublicFloat } from "../_types.ts";
-import { checkArrayTypesAgree, checkKdaStep, checkStepOptions } from "./_check.ts";
+import { checkKdaStep, checkStepOptions } from "./_check.ts";
 import { checkInKernelArrays } from "./_options.ts";
 import { checkObject } from "../../base/check.ts";
-import { storageDtypeOf } from "../../base/dtype.ts";
+import { checkArrayTypesAgree, storageDtypeOf } from "../../base/dtype.ts";
 import { narrowHalf, widenHalf, widenOne } from "./_half.ts";
 import { type KdaRequest, kdaSeam, runKda } from "./arms.ts";
 import { type DeviceTensor, type GpuTensor, pinTensors } from "../gpu/tensor.ts";
