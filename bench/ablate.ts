@@ -7,7 +7,8 @@
 //   [--kernels=fused] (the set; default fused) [--sections=bA,bE] (only these sections; default all;
 //   `--sections=` times the stages whole, with no section removed)
 //   (each stage runs N times back to back in one submit; the median per stage is kept)
-//   (default 4 4096 16 128 64); KDA_BENCH_OUT names a JSON file to write.
+//   (default 4 4096 16 128 64: too large for a software adapter's bindings); KDA_BENCH_OUT names a JSON
+//   file to write (under bench/results/ through the task).
 
 import type { ChunkSize } from "../kda/_types.ts";
 import { destroyDeviceForTests } from "../kda/gpu/device.ts";

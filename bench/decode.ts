@@ -27,6 +27,7 @@ import { ForwardJob } from "../kda/gpu/job.ts";
 import { type DeviceTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { mulberry32, normal } from "../kda/layer/_random.ts";
 import { median, slug, timed, uploadProblem } from "./_run.ts";
+import { checkBenchArgs } from "./_args.ts";
 
 const H = 16, K = 128, V = 128;
 const REPEAT = 20;
@@ -35,6 +36,11 @@ function flag(name: string): string | undefined {
   return Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
 }
 
+checkBenchArgs("bench:decode", Deno.args, {
+  valued: ["batches", "tokens", "calls", "runs"],
+  counts: ["batches", "tokens", "calls", "runs"],
+  bare: ["quick", "no-cpu"],
+});
 const quick = Deno.args.includes("--quick");
 const batches = (flag("batches") ?? "1,32").split(",").map(Number);
 const tokensPerCall = (flag("tokens") ?? "1,16").split(",").map(Number);

@@ -25,6 +25,7 @@ import type { BackwardJob, ForwardJob } from "../kda/gpu/job.ts";
 import type { KernelSet } from "../kda/gpu/kernel_set.ts";
 import { makePlan } from "../kda/gpu/layout.ts";
 import { coldBytes, median, randomInputs, slug, withGpuJobs } from "./_run.ts";
+import { checkBenchArgs } from "./_args.ts";
 import { kda, kdaVjp } from "../kda/op/op.ts";
 import { gpuDevice, type GpuTensor, releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { gpuCreatedBytes, gpuPool } from "../kda/gpu/buffers.ts";
@@ -134,6 +135,19 @@ export function mustMoveBytes(s: BenchShape): { forward: number; backward: numbe
     // inputs and dout in, six gradients out
     backward: 4 * (inputs + nV + 3 * nQK + nV + nB + nS),
   };
+}
+
+if (import.meta.main) {
+  checkBenchArgs("bench:gpu", Deno.args, {
+    valued: ["runs", "pool", "groups", "kernels", "only"],
+    counts: ["runs", "pool"],
+    bare: ["quick"],
+  });
+  const only = Deno.args.find((a) => a.startsWith("--only="))?.slice(7);
+  if (only !== undefined && only !== "kernels" && only !== "steps") {
+    console.error(`bench:gpu: --only must be kernels or steps: got ${only}`);
+    Deno.exit(2);
+  }
 }
 
 /** Whether only the kernel times are measured (--only=kernels). */

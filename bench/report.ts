@@ -10,6 +10,7 @@
 // Run: deno run --allow-read=bench/results --allow-write=bench/results bench/report.ts [--dir=PATH]
 //   --dir=PATH   read the results from PATH and write the report there (default bench/results/)
 
+import { checkBenchArgs } from "./_args.ts";
 import type { BenchShape } from "./gpu.ts";
 
 /** Colours: one per stage name (the same in every chart), one per series of the T sweep. */
@@ -625,6 +626,7 @@ function resultsDir(): URL {
 }
 
 async function main(): Promise<void> {
+  checkBenchArgs("bench:report", Deno.args, { valued: ["dir"] });
   const dir = resultsDir();
   const docs: ResultsFile[] = [];
   const ablations: AblationFile[] = [];

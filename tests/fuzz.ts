@@ -17,22 +17,38 @@ import { checkStepCase, stepCase } from "./_adversarial_step.ts";
 import { checkStateCase, stateCase } from "./_adversarial_state.ts";
 import { candidateSweep } from "./_candidate_fuzz.ts";
 
-const { values } = parseArgs({
-  args: Deno.args,
-  options: {
-    cases: { type: "string", default: "2000" },
-    "step-cases": { type: "string", default: "500" },
-    "state-cases": { type: "string", default: "3000" },
-    candidates: { type: "string", default: "500" },
-    seed: { type: "string", default: "1" },
-    sweep: { type: "string", default: "all" },
-    "no-gpu": { type: "boolean", default: false },
-  },
-  strict: true,
-});
+const USAGE = "deno task fuzz [--cases N] [--step-cases N] [--state-cases N] [--candidates N] " +
+  "[--seed S] [--no-gpu] [--sweep all|edge|step|state|candidate]";
+let parsed;
+try {
+  parsed = parseArgs({
+    args: Deno.args,
+    options: {
+      cases: { type: "string", default: "2000" },
+      "step-cases": { type: "string", default: "500" },
+      "state-cases": { type: "string", default: "3000" },
+      candidates: { type: "string", default: "500" },
+      seed: { type: "string", default: "1" },
+      sweep: { type: "string", default: "all" },
+      "no-gpu": { type: "boolean", default: false },
+      help: { type: "boolean", default: false },
+    },
+    strict: true,
+  });
+} catch (error) {
+  console.error(`fuzz: ${(error as Error).message}; usage: ${USAGE}`);
+  Deno.exit(2);
+}
+const { values } = parsed;
+if (values.help) {
+  console.log(USAGE);
+  Deno.exit(0);
+}
+// decimal digits only: an empty value must not read as 0 and check nothing
+const integer = (text: string) => /^-?\d+$/.test(text) ? Number(text) : NaN;
 const counts = [values.cases, values["step-cases"], values["state-cases"], values.candidates]
-  .map(Number);
-const seed = Number(values.seed);
+  .map(integer);
+const seed = integer(values.seed);
 const sweeps = ["all", "edge", "step", "state", "candidate"];
 if (
   !counts.every((n) => Number.isInteger(n) && n >= 0) || !Number.isInteger(seed) ||
