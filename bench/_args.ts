@@ -1,21 +1,23 @@
 // The bench scripts' one argument check (no imports, so that a script run with narrow permissions,
 // bench:report, can use it).
+
 /** What a bench script takes: flags with a value (`--name=value`) and bare ones (`--name`). */
 export interface BenchFlags {
   /** Flags written `--name=value`. */
   valued?: readonly string[];
-  /** Of those, the ones whose value is a comma-separated list of positive integers. */
-  counts?: readonly string[];
+  /**
+   * Of those, the ones whose value is an integer of at least `min` (a comma-separated list of them
+   * where `list`).
+   */
+  integers?: Readonly<Record<string, { min: number; list?: boolean }>>;
   /** Flags written `--name`. */
   bare?: readonly string[];
-  /** Whether arguments that are not flags are the script's own (a shape, say). */
-  positional?: boolean;
 }
 
 /**
  * Refuses what a bench script would otherwise ignore: every argument must be one of its flags, in
- * its form, and a count a list of positive integers; else one line on stderr and exit code 2, so
- * that a misspelt flag never starts a default run of hours.
+ * its form, and an integer flag's value an integer in its range; else one line on stderr and exit
+ * code 2, so that a misspelt flag never starts a default run of hours.
  *
  * @param script The script's name, for the message.
  * @param args Its arguments.
@@ -23,16 +25,20 @@ export interface BenchFlags {
  * @example
  * ```ts
  * import { checkBenchArgs } from "./_args.ts";
- * checkBenchArgs("gpu", ["--runs=3", "--quick"], { valued: ["runs"], counts: ["runs"], bare: ["quick"] });
+ * checkBenchArgs("gpu", ["--runs=3", "--quick"], {
+ *   valued: ["runs"],
+ *   integers: { runs: { min: 1 } },
+ *   bare: ["quick"],
+ * });
  * ```
  */
 export function checkBenchArgs(script: string, args: readonly string[], flags: BenchFlags): void {
-  const valued = flags.valued ?? [], bare = flags.bare ?? [], counts = flags.counts ?? [];
+  const valued = flags.valued ?? [], bare = flags.bare ?? [], integers = flags.integers ?? {};
   const known = [...valued.map((n) => `--${n}=...`), ...bare.map((n) => `--${n}`)].join(", ");
   for (const arg of args) {
     const m = /^--([a-z][a-z-]*)(?:=(.*))?$/.exec(arg);
-    if (m === null && flags.positional && !arg.startsWith("-")) continue;
     const [name, value] = m === null ? [undefined, undefined] : [m[1], m[2]];
+    const int = name === undefined ? undefined : integers[name];
     let why: string | null = null;
     if (name === undefined || (!valued.includes(name) && !bare.includes(name))) {
       why = `${arg} is not a flag of this script: expected ${known || "none"}`;
@@ -42,8 +48,16 @@ export function checkBenchArgs(script: string, args: readonly string[], flags: B
       why = `--${name} takes no value: got ${arg}`;
     } else if (valued.includes(name) && value === "") {
       why = `--${name} needs a value: got ${arg}`;
-    } else if (counts.includes(name) && !/^[1-9]\d*(,[1-9]\d*)*$/.test(value!)) {
-      why = `--${name} must be positive integers (comma-separated): got ${value}`;
+    } else if (
+      int !== undefined &&
+      !(int.list ? value!.split(",") : [value!]).every((v) =>
+        /^\d+$/.test(v) && Number(v) >= int.min
+      )
+    ) {
+      const what = int.min === 0 ? "non-negative" : "positive";
+      why = int.list
+        ? `--${name} must be ${what} integers (comma-separated): got ${value}`
+        : `--${name} must be a ${what} integer: got ${value}`;
     }
     if (why !== null) {
       console.error(`${script}: ${why}`);

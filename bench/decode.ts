@@ -38,7 +38,12 @@ function flag(name: string): string | undefined {
 
 checkBenchArgs("bench:decode", Deno.args, {
   valued: ["batches", "tokens", "calls", "runs"],
-  counts: ["batches", "tokens", "calls", "runs"],
+  integers: {
+    batches: { min: 1, list: true },
+    tokens: { min: 1, list: true },
+    calls: { min: 1 },
+    runs: { min: 1 },
+  },
   bare: ["quick", "no-cpu"],
 });
 const quick = Deno.args.includes("--quick");

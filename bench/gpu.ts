@@ -137,23 +137,25 @@ export function mustMoveBytes(s: BenchShape): { forward: number; backward: numbe
   };
 }
 
+/** --only=kernels or --only=steps, else undefined. */
+const ONLY = Deno.args.find((a) => a.startsWith("--only="))?.slice(7);
 if (import.meta.main) {
   checkBenchArgs("bench:gpu", Deno.args, {
     valued: ["runs", "pool", "groups", "kernels", "only"],
-    counts: ["runs", "pool"],
+    // --pool=0 turns the pool off (gpuPool)
+    integers: { runs: { min: 1 }, pool: { min: 0 } },
     bare: ["quick"],
   });
-  const only = Deno.args.find((a) => a.startsWith("--only="))?.slice(7);
-  if (only !== undefined && only !== "kernels" && only !== "steps") {
-    console.error(`bench:gpu: --only must be kernels or steps: got ${only}`);
+  if (ONLY !== undefined && ONLY !== "kernels" && ONLY !== "steps") {
+    console.error(`bench:gpu: --only must be kernels or steps: got ${ONLY}`);
     Deno.exit(2);
   }
 }
 
 /** Whether only the kernel times are measured (--only=kernels). */
-const KERNELS_ONLY = Deno.args.includes("--only=kernels");
+const KERNELS_ONLY = ONLY === "kernels";
 /** Whether the typed-array walls are skipped and the resident walls run once (--only=steps). */
-const STEPS_ONLY = Deno.args.includes("--only=steps");
+const STEPS_ONLY = ONLY === "steps";
 
 /** Steps chained on GpuTensors with one read at the end, for the per-step wall. */
 const CHAIN = 10;

@@ -24,9 +24,13 @@ Deno.test("bench scripts and the fuzz exit 2 naming a flag they do not take, bef
       ["bench/gpu.ts", "--kernels", "fused,split"],
       /^bench:gpu: --kernels takes its value after "=": write --kernels=\.\.\.$/m,
     ],
+    [["bench/gpu.ts", "--runs=abc"], /^bench:gpu: --runs must be a positive integer: got abc$/m],
+    [["bench/gpu.ts", "--runs=3,4"], /^bench:gpu: --runs must be a positive integer: got 3,4$/m],
+    [["bench/gpu.ts", "--pool=-1"], /^bench:gpu: --pool must be a non-negative integer: got -1$/m],
+    // --pool=0 (the pool off) passes the flag check: the bad --only after it is what is refused
     [
-      ["bench/gpu.ts", "--runs=abc"],
-      /^bench:gpu: --runs must be positive integers \(comma-separated\): got abc$/m,
+      ["bench/gpu.ts", "--pool=0", "--only=kernel"],
+      /^bench:gpu: --only must be kernels or steps: got kernel$/m,
     ],
     [
       ["bench/gpu.ts", "--only=kernel"],
@@ -35,7 +39,7 @@ Deno.test("bench scripts and the fuzz exit 2 naming a flag they do not take, bef
     [["bench/gpu.ts", "--quick=1"], /^bench:gpu: --quick takes no value: got --quick=1$/m],
     [
       ["bench/decode.ts", "--quick", "--batches=0"],
-      /^bench:decode: --batches must be positive integers/m,
+      /^bench:decode: --batches must be positive integers \(comma-separated\): got 0$/m,
     ],
     [
       ["bench/report.ts", "--dri=x"],
