@@ -444,8 +444,8 @@ export function bf16Value(bits: number): number {
 /**
  * Throws unless a call's typed arrays are all of one type, naming the odd one: the type most of
  * them share is the call's (the first's on a tie), so that a wrong first array (q) is not blamed
- * on the next. Values that are
- * not arrays of the dtype table's types are left to the checks of each argument.
+ * on the next. Values that are not arrays of the dtype table's types are left to the checks of
+ * each argument.
  *
  * @param what The arguments object's name, for messages.
  * @param x The arguments object.

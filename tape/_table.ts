@@ -208,21 +208,6 @@ function mmTN(a: Data, g: Data, out: Data, m: number, k: number, n: number): voi
 }
 
 /**
- * The table entry of a normalisation over the last axis, `y = x / sqrt(Σx²/div + eps)`: L2 when
- * `mean` is false (div = 1), RMSNorm when it is true (div = the row length).
- *
- * @param mean Divide the sum of squares by the row length.
- * @param eps Added under the square root.
- * @returns The entry.
- *
- * @example
- * ```ts
- * import { apply, rowNorm } from "./_table.ts";
- * import { Tensor } from "./tape.ts";
- * apply("l2norm", rowNorm(false, 0), [new Tensor(Float64Array.of(3, 4), [1, 2])], undefined);
- * ```
- */
-/**
  * 1 / sqrt(Σx²/div + eps) of the row of n entries at r. Σx² of finite entries can overflow (|x|
  * past about 1e154) or, with eps = 0, underflow to 0 where the row is not zero; such a row is summed
  * again scaled by its largest |x|, so that the result stays the finite value it is. Every other row
@@ -240,6 +225,21 @@ function rowInverse(xd: Data, r: number, n: number, div: number, eps: number): n
   return 1 / (m * Math.sqrt(s / div + (eps === 0 ? 0 : eps / (m * m))));
 }
 
+/**
+ * The table entry of a normalisation over the last axis, `y = x / sqrt(Σx²/div + eps)`: L2 when
+ * `mean` is false (div = 1), RMSNorm when it is true (div = the row length).
+ *
+ * @param mean Divide the sum of squares by the row length.
+ * @param eps Added under the square root.
+ * @returns The entry.
+ *
+ * @example
+ * ```ts
+ * import { apply, rowNorm } from "./_table.ts";
+ * import { Tensor } from "./tape.ts";
+ * apply("l2norm", rowNorm(false, 0), [new Tensor(Float64Array.of(3, 4), [1, 2])], undefined);
+ * ```
+ */
 export function rowNorm(mean: boolean, eps: number): OpDef<void> {
   // y = x / sqrt(Σx²/div + eps): div = 1 is L2 normalisation, div = n (the mean) is RMSNorm.
   const def: OpDef<void> = {
