@@ -222,7 +222,8 @@ function checkArray(
   return checkedCopy(name, x, shape, kind, shapeText);
 }
 
-const ARRAY_KEYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const;
+/** The array fields of a call's inputs, in the order their checks and messages take them. */
+export const ARRAY_KEYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const;
 
 const INPUT_KEYS = [
   "B",

@@ -3,7 +3,7 @@
 
 import { typeName } from "../../base/check.ts";
 import type { KdaProblem } from "../_types.ts";
-import { checkKdaInputs, checkKdaOptions } from "./_check.ts";
+import { ARRAY_KEYS, checkKdaInputs, checkKdaOptions } from "./_check.ts";
 import { checkInKernelArrays } from "./_options.ts";
 import { type DeviceTensor, toGpu } from "../gpu/tensor.ts";
 import type { KdaInputs, KdaOptions } from "./op.ts";
@@ -39,7 +39,7 @@ export async function toGpuInputs(
 ): Promise<KdaInputs<DeviceTensor>> {
   const opts = checkKdaOptions(options);
   // the device takes f32 alone: say so before the shared check lists the host's other types
-  for (const name of ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const) {
+  for (const name of ARRAY_KEYS) {
     const a: unknown = (inputs as unknown as Record<string, unknown> | null)?.[name];
     if (a !== undefined && ArrayBuffer.isView(a) && !(a instanceof Float32Array)) {
       throw new TypeError(

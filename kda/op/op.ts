@@ -23,6 +23,7 @@ import type {
   PublicFloat,
 } from "../_types.ts";
 import {
+  ARRAY_KEYS,
   type CallDims,
   type CheckedInputs,
   type CheckedOptions,
@@ -143,8 +144,6 @@ export type KdaResult<A, O = KdaOptions> = O extends { outputFinalState: false }
  */
 export type KdaVjpResult<A> = KdaGrads<A> & KdaGateGrads<A>;
 
-const INPUT_ARRAYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const;
-
 /**
  * 16-bit storage inputs (docs/kda.md 3): a call whose q is a Float16Array or a BFloat16Array has
  * every array widened to Float32Array here, computes as an f32 call, and has its results rounded
@@ -152,12 +151,12 @@ const INPUT_ARRAYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as con
  */
 function widenInputs(inputs: unknown): { inputs: unknown; storage: StorageDType | null } {
   if (inputs !== null && typeof inputs === "object") {
-    checkArrayTypesAgree("inputs", inputs as Record<string, unknown>, INPUT_ARRAYS);
+    checkArrayTypesAgree("inputs", inputs as Record<string, unknown>, ARRAY_KEYS);
   }
   const storage = storageDtypeOf((inputs as { q?: unknown } | null)?.q);
   if (storage === null) return { inputs, storage };
   return {
-    inputs: widenHalf("inputs", checkObject("inputs", inputs), INPUT_ARRAYS, storage),
+    inputs: widenHalf("inputs", checkObject("inputs", inputs), ARRAY_KEYS, storage),
     storage,
   };
 }
