@@ -82,9 +82,14 @@ or 2e-6, gradients 1e-10 or 2e-5, ⟨Ju,v⟩ vs ⟨u,Jᵀv⟩ 1e-12 or 2e-5.`;
 
 class UsageError extends Error {}
 
+/** A flag's number written in decimal digits, else NaN (Number() would take "0x1", "1e1", " 8"). */
+function decimal(text: string): number {
+  return /^\d+$/.test(text) ? Number(text) : NaN;
+}
+
 function parseShape(text: string | undefined): [number, number] | undefined {
   if (text === undefined) return undefined;
-  const parts = /^\d+,\d+$/.test(text) ? text.split(",").map(Number) : [];
+  const parts = text.split(",").map(decimal);
   if (parts.length !== 2 || !parts.every((n) => Number.isSafeInteger(n) && n > 0)) {
     throw new UsageError(`--shape must be two positive integers B,T, in decimal: got ${text}`);
   }
@@ -294,11 +299,7 @@ async function main(args: string[]): Promise<number> {
     throw new UsageError(`--format must be text or markdown: got ${values.format}`);
   }
   const format = values.format;
-  const repeat = values.repeat === undefined
-    ? undefined
-    : /^\d+$/.test(values.repeat)
-    ? Number(values.repeat)
-    : NaN;
+  const repeat = values.repeat === undefined ? undefined : decimal(values.repeat);
   if (repeat !== undefined && !(Number.isInteger(repeat) && repeat >= 1)) {
     throw new UsageError(`--repeat must be a positive integer: got ${values.repeat}`);
   }
@@ -466,8 +467,7 @@ async function candidateMain(path: string, o: {
   ) {
     throw new UsageError(`--precision must be bf16, f16 or f32: got ${o.precision}`);
   }
-  const chunkText = o.chunkSize ?? "64";
-  const chunkSize = /^\d+$/.test(chunkText) ? Number(chunkText) : NaN;
+  const chunkSize = decimal(o.chunkSize ?? "64");
   if (chunkSize !== 16 && chunkSize !== 32 && chunkSize !== 64) {
     throw new UsageError(`--chunk-size must be 16, 32 or 64: got ${o.chunkSize}`);
   }
