@@ -102,7 +102,7 @@ fn substZAt(e: u32) -> u32 {
 // T diag(beta) for rows 4 rq.. of column s (s = e % C, rq = e / C: neighbouring invocations read
 // neighbouring floats and store neighbouring T entries), zero past the valid rows, read from the
 // substitution matrix (T_rs below the diagonal, 1 on it, 0 above); T itself is stored to tri on
-// the way.
+// the way, for the backward alone: a forward that saves nothing for one leaves it out.
 fn tQuad(at: ChunkAt, tbase: u32, e: u32) -> vec4f {
   let s = e % p.C;
   let rq = e / p.C;
@@ -116,10 +116,11 @@ fn tQuad(at: ChunkAt, tbase: u32, e: u32) -> vec4f {
   let ok = rows < vec4u(at.cv);
   t = select(vec4f(0.0), t, ok);
   let col = tbase + rT() + s;
-  if (ok.x) { tri[col + rows.x * p.C] = t.x; }
-  if (ok.y) { tri[col + rows.y * p.C] = t.y; }
-  if (ok.z) { tri[col + rows.z * p.C] = t.z; }
-  if (ok.w) { tri[col + rows.w * p.C] = t.w; }
+  let kept = ok & vec4<bool>((p.flags & SAVE_STATES) != 0u);
+  if (kept.x) { tri[col + rows.x * p.C] = t.x; }
+  if (kept.y) { tri[col + rows.y * p.C] = t.y; }
+  if (kept.z) { tri[col + rows.z * p.C] = t.z; }
+  if (kept.w) { tri[col + rows.w * p.C] = t.w; }
   return t * beta[aBeta() + vrow(at, s)];
 }
 
