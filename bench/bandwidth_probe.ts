@@ -5,11 +5,11 @@
 //   copy   dst = src            (reads MIB, writes MIB)
 //   read   a sum of src per invocation, one vec4 written per workgroup (reads MIB)
 //   write  dst = a value of the index (writes MIB)
+// Each kernel's run is checked: no validation error, and dst's last 4 KiB as written (copy, write).
 // The rates bound every stage whose operands cannot stay in L2 between kernels: a stage that must
 // read R bytes and write W bytes takes at least about R / (read rate) + W / (write rate)
 // (bench/results/ANALYSIS.md, twentieth pass). Times REP back-to-back dispatches by timestamps (the
-// first one's start to the last one's end; the host's clock beside them, REP against one); checks the
-// last 4 KiB of the copy.
+// first one's start to the last one's end; the host's clock beside them, REP against one).
 //
 // Run: deno run -A bench/bandwidth_probe.ts [MIB] [REP]
 
@@ -73,7 +73,7 @@ const kernels: Record<string, string> = {
   if (lid == 0u || s.x == 12345.0) { dst[base / ${perWg}u] = s; }
 }`,
   write: `${head}
-  ${steps(`dst[base + U * ${WG}u] = vec4f(f32(base + U * ${WG}u));`)}
+  ${steps(`dst[base + U * ${WG}u] = vec4f(f32((base + U * ${WG}u) & 65535u));`)}
 }`,
 };
 const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
@@ -89,14 +89,38 @@ const moved: Record<string, number> = {
 };
 const span = spanTimer(device);
 const label = adapter.info?.description || adapter.info?.device || "adapter";
-for (const [name, code] of Object.entries(kernels)) {
-  const pipe = device.createComputePipeline({
-    layout: "auto",
-    compute: { module: device.createShaderModule({ code }), entryPoint: "main" },
+// one explicit layout for the three kernels: with "auto", the write kernel (which reads nothing)
+// would get a layout without src, the bind group below would be invalid, and nothing would run
+const layout = device.createBindGroupLayout({
+  entries: [
+    { binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: "read-only-storage" } },
+    { binding: 1, visibility: GPUShaderStage.COMPUTE, buffer: { type: "storage" } },
+  ],
+});
+const bg = device.createBindGroup({
+  layout,
+  entries: [src, dst].map((buffer, binding) => ({ binding, resource: { buffer } })),
+});
+/** The last 4 KiB of dst, read back. */
+async function dstTail(): Promise<Float32Array> {
+  const rb = device.createBuffer({
+    size: 4096,
+    usage: GPUBufferUsage.COPY_DST | GPUBufferUsage.MAP_READ,
   });
-  const bg = device.createBindGroup({
-    layout: pipe.getBindGroupLayout(0),
-    entries: [src, dst].map((buffer, binding) => ({ binding, resource: { buffer } })),
+  const e = device.createCommandEncoder();
+  e.copyBufferToBuffer(dst, bytes - 4096, rb, 0, 4096);
+  device.queue.submit([e.finish()]);
+  await rb.mapAsync(GPUMapMode.READ);
+  const got = new Float32Array(rb.getMappedRange().slice(0));
+  rb.unmap();
+  rb.destroy();
+  return got;
+}
+for (const [name, code] of Object.entries(kernels)) {
+  device.pushErrorScope("validation");
+  const pipe = device.createComputePipeline({
+    layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }),
+    compute: { module: device.createShaderModule({ code }), entryPoint: "main" },
   });
   // the span from the first pass's start to the last one's end, by timestamps
   const run = async (rep: number) => {
@@ -118,25 +142,26 @@ for (const [name, code] of Object.entries(kernels)) {
     await run(rep);
     return performance.now() - t0;
   };
+  // dst is cleared first, so that a kernel that ran nothing fails its check below
+  const clear = device.createCommandEncoder();
+  clear.clearBuffer(dst);
+  device.queue.submit([clear.finish()]);
   await run(2);
   const per = (await run(REP)) / REP;
   const byWall = (await wall(REP) - await wall(1)) / (REP - 1);
+  const error = await device.popErrorScope();
+  if (error) throw new Error(`the ${name} kernel did not run: ${error.message}`);
   let check = "";
-  if (name === "copy") {
-    const rb = device.createBuffer({
-      size: 4096,
-      usage: GPUBufferUsage.COPY_DST | GPUBufferUsage.MAP_READ,
-    });
-    const e = device.createCommandEncoder();
-    e.copyBufferToBuffer(dst, bytes - 4096, rb, 0, 4096);
-    device.queue.submit([e.finish()]);
-    await rb.mapAsync(GPUMapMode.READ);
-    const got = new Float32Array(rb.getMappedRange());
-    const want = host.subarray(host.length - 1024);
+  if (name !== "read") {
+    // copy: the source's last floats; write: each float its vec4's index mod 2^16 (exact in f32)
+    const got = await dstTail();
+    const first4 = n4 - 256;
+    const want = name === "copy"
+      ? host.subarray(host.length - 1024)
+      : Float32Array.from({ length: 1024 }, (_, i) => (first4 + Math.floor(i / 4)) % 65536);
     const bad = got.findIndex((v, i) => v !== want[i]);
-    rb.unmap();
     if (bad >= 0) {
-      throw new Error(`copy check failed at ${bad}: got ${got[bad]}, want ${want[bad]}`);
+      throw new Error(`${name} check failed at ${bad}: got ${got[bad]}, want ${want[bad]}`);
     }
     check = ", the last 4 KiB checked";
   }

@@ -4,7 +4,9 @@
 // beginComputePass), and prints each step's GPU span (its first pass's begin to its last pass's
 // end) and first pass, the sum of the pass times, the gaps between passes, and when the first
 // call's two submits left the host; "wake" submits a small dispatch just before the chain (does
-// a GPU left idle by the read before start late?). The slope between N and 2N steps is the
+// a GPU left idle by the read before start late?); "tiny" reads a one-element tensor after the
+// chain instead of the step's own output (queue order makes it wait for the chain all the same), so
+// what the read's size costs shows against "plain". The slope between N and 2N steps is the
 // steady per-step cost; what is left of the wall is the chain's fixed cost (the one read, the
 // first call's host work). With --forward the steps are forwards (kda, reading ht at the end)
 // instead of kdaVjp. Prints text; writes nothing.
@@ -98,7 +100,8 @@ const wake = () => {
   pass.end();
   origSubmit.call(device.queue, [e.finish()]);
 };
-for (const mode of ["plain", "timed", "wake"]) {
+const tiny = await toGpu(new Float32Array([1]), [1]);
+for (const mode of ["plain", "timed", "wake", "tiny"]) {
   last.release();
   last = await step();
   for (let i = 0; i < 3; i++) {
@@ -121,13 +124,15 @@ for (const mode of ["plain", "timed", "wake"]) {
       last = await step();
     }
     const tHost = performance.now();
-    await last.read();
+    await (mode === "tiny" ? tiny.read() : last.read());
     const wall = performance.now() - t0;
     inject = false;
     recording = false;
     console.log(
       `${mode} N=${n}: wall ${(wall / n).toFixed(3)} ms a step (${wall.toFixed(1)} total), host ` +
-        `${((tHost - t0) / n).toFixed(3)} ms a call; first submit at ${
+        `${((tHost - t0) / n).toFixed(3)} ms a call, the read ${
+          (wall - (tHost - t0)).toFixed(1)
+        } ms after the last call; first submit at ${
           ((submits[0] ?? NaN) - starts[0]).toFixed(3)
         } ms, second ${((submits[1] ?? NaN) - starts[0]).toFixed(3)}; submits a call ${
           (submits.length / n).toFixed(1)
@@ -188,6 +193,6 @@ for (const mode of ["plain", "timed", "wake"]) {
   }
 }
 last.release();
-releaseTensors(inputs, dout);
+releaseTensors(inputs, dout, tiny);
 qs.destroy();
 wakeBuf.destroy();
