@@ -9,11 +9,57 @@
  * @returns The count (0 allowed: that run is skipped).
  */
 export function count(name: string, text: string): number {
-  const n = Number(text);
-  if (!Number.isInteger(n) || n < 0) {
+  // decimal digits only: Number() would also take "1e3", "0x10" and " 12 "
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(Number(text))) {
     throw new RangeError(`--${name} must be a non-negative integer: got ${text}`);
   }
+  return Number(text);
+}
+
+/**
+ * A flag's value as a positive count (a batch: 0 would train on nothing).
+ *
+ * @param name The flag, without its dashes.
+ * @param text Its value.
+ * @returns The count.
+ */
+export function positive(name: string, text: string): number {
+  const n = count(name, text);
+  if (n === 0) throw new RangeError(`--${name} must be a positive integer: got ${text}`);
   return n;
+}
+
+/**
+ * Whether this process may write the file `--out` names; checked before a run of minutes, so that a
+ * path the task's permissions do not cover fails at once instead of after the training.
+ *
+ * @param out The path.
+ */
+export function checkOut(out: string): void {
+  const state = Deno.permissions.querySync({ name: "write", path: out }).state;
+  if (state !== "granted") {
+    throw new RangeError(
+      `--out must name a file this run may write (the example:* tasks allow examples/): got ${out}`,
+    );
+  }
+}
+
+/**
+ * An example's flags, parsed by `parse`; a bad flag prints one line naming it on stderr and exits
+ * with code 2 (no stack trace: the mistake is the caller's, not the example's).
+ *
+ * @param script The task's name, for the message.
+ * @param parse Parses and checks the flags; throws a TypeError or RangeError for a bad one.
+ * @returns What `parse` returns.
+ */
+export function flagsOrExit<T>(script: string, parse: () => T): T {
+  try {
+    return parse();
+  } catch (error) {
+    if (!(error instanceof TypeError || error instanceof RangeError)) throw error;
+    console.error(`${script}: ${error.message} (--help lists the flags)`);
+    Deno.exit(2);
+  }
 }
 
 /**

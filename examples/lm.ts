@@ -30,7 +30,7 @@ import { mulberry32 } from "../kda/layer/_random.ts";
 import { type LmShape, TinyLm } from "./_lm_model.ts";
 import { lengthOf, makeBatch, TASK, vocabOf } from "./_lm_task.ts";
 import { chartSvg, type Curve } from "./_svg.ts";
-import { count, fmtTime, hasAdapter, schedule } from "./_run.ts";
+import { checkOut, count, flagsOrExit, fmtTime, hasAdapter, positive, schedule } from "./_run.ts";
 
 const HELP = `Usage: examples/lm.ts [flags]
   --steps N            training steps of the two-layer model on the cpu arm (default 600)
@@ -132,45 +132,49 @@ async function train(
 const COLORS: Record<Run, string> = { cpu: "#1f77b4", gpu: "#d62728", "one-layer": "#7f7f7f" };
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      steps: { type: "string", default: "600" },
-      "gpu-steps": { type: "string", default: "100" },
-      "one-layer-steps": { type: "string", default: "600" },
-      "arm-set": { type: "string", default: "cpu,gpu,one-layer" },
-      batch: { type: "string", default: "16" },
-      lr: { type: "string", default: "0.01" },
-      seed: { type: "string", default: "0" },
-      out: { type: "string" },
-      help: { type: "boolean", default: false },
-    },
+  const { values, steps, opts, runs } = flagsOrExit("example:lm", () => {
+    const { values } = parseArgs({
+      args: Deno.args,
+      options: {
+        steps: { type: "string", default: "600" },
+        "gpu-steps": { type: "string", default: "100" },
+        "one-layer-steps": { type: "string", default: "600" },
+        "arm-set": { type: "string", default: "cpu,gpu,one-layer" },
+        batch: { type: "string", default: "16" },
+        lr: { type: "string", default: "0.01" },
+        seed: { type: "string", default: "0" },
+        out: { type: "string" },
+        help: { type: "boolean", default: false },
+      },
+    });
+    const runs = values["arm-set"].split(",").map((a) => a.trim()).filter(Boolean);
+    for (const r of runs) {
+      if (r !== "cpu" && r !== "gpu" && r !== "one-layer") {
+        throw new RangeError(`--arm-set must list runs from cpu, gpu, one-layer: got ${r}`);
+      }
+    }
+    const lr = Number(values.lr);
+    if (!(lr > 0 && Number.isFinite(lr))) {
+      throw new RangeError(`--lr must be a positive number: got ${values.lr}`);
+    }
+    const steps: Record<Run, number> = {
+      cpu: count("steps", values.steps),
+      gpu: count("gpu-steps", values["gpu-steps"]),
+      "one-layer": count("one-layer-steps", values["one-layer-steps"]),
+    };
+    const opts = {
+      seed: count("seed", values.seed),
+      batch: positive("batch", values.batch),
+      lr,
+      scheduleSteps: Math.max(steps.cpu, steps.gpu, steps["one-layer"]),
+    };
+    if (values.out !== undefined) checkOut(values.out);
+    return { values, steps, opts, runs };
   });
   if (values.help) {
     console.log(HELP);
     return;
   }
-  const runs = values["arm-set"].split(",").map((a) => a.trim()).filter(Boolean);
-  for (const r of runs) {
-    if (r !== "cpu" && r !== "gpu" && r !== "one-layer") {
-      throw new RangeError(`--arm-set must list runs from cpu, gpu, one-layer: got ${r}`);
-    }
-  }
-  const lr = Number(values.lr);
-  if (!(lr > 0 && Number.isFinite(lr))) {
-    throw new RangeError(`--lr must be a positive number: got ${values.lr}`);
-  }
-  const steps: Record<Run, number> = {
-    cpu: count("steps", values.steps),
-    gpu: count("gpu-steps", values["gpu-steps"]),
-    "one-layer": count("one-layer-steps", values["one-layer-steps"]),
-  };
-  const opts = {
-    seed: count("seed", values.seed),
-    batch: Math.max(1, count("batch", values.batch)),
-    lr,
-    scheduleSteps: Math.max(steps.cpu, steps.gpu, steps["one-layer"]),
-  };
   const chance = 1 / TASK.values, guess = 1 / TASK.pairs;
   console.error(
     `recall with keys longer than the short conv: ${TASK.pairs} pairs "k s1 s2 : v" and ` +

@@ -38,7 +38,7 @@ import {
   uniform,
 } from "./_recall_task.ts";
 import { chartSvg, type Curve } from "./_svg.ts";
-import { count, fmtTime, hasAdapter, schedule } from "./_run.ts";
+import { checkOut, count, flagsOrExit, fmtTime, hasAdapter, positive, schedule } from "./_run.ts";
 
 const HELP = `Usage: examples/recall.ts [flags]
   --steps N        training steps of the cpu arm (default 300)
@@ -162,50 +162,55 @@ async function evaluate(
 const COLORS: Record<Arm, string> = { cpu: "#1f77b4", gpu: "#d62728", ops: "#2ca02c" };
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      steps: { type: "string", default: "300" },
-      "gpu-steps": { type: "string", default: "100" },
-      "ops-steps": { type: "string", default: "10" },
-      "arm-set": { type: "string", default: "cpu,gpu,ops" },
-      dtype: { type: "string", default: "f64" },
-      batch: { type: "string", default: "32" },
-      lr: { type: "string", default: "0.01" },
-      seed: { type: "string", default: "0" },
-      out: { type: "string" },
-      help: { type: "boolean", default: false },
-    },
+  const { values, steps, opts, arms, cpuDtype } = flagsOrExit("example:recall", () => {
+    const { values } = parseArgs({
+      args: Deno.args,
+      options: {
+        steps: { type: "string", default: "300" },
+        "gpu-steps": { type: "string", default: "100" },
+        "ops-steps": { type: "string", default: "10" },
+        "arm-set": { type: "string", default: "cpu,gpu,ops" },
+        dtype: { type: "string", default: "f64" },
+        batch: { type: "string", default: "32" },
+        lr: { type: "string", default: "0.01" },
+        seed: { type: "string", default: "0" },
+        out: { type: "string" },
+        help: { type: "boolean", default: false },
+      },
+    });
+    const arms = values["arm-set"].split(",").map((a) => a.trim()).filter(Boolean);
+    for (const a of arms) {
+      if (a !== "cpu" && a !== "gpu" && a !== "ops") {
+        throw new RangeError(`--arm-set must list arms from cpu, gpu, ops: got ${a}`);
+      }
+    }
+    if (values.dtype !== "f64" && values.dtype !== "f32") {
+      throw new RangeError(`--dtype must be f64 or f32: got ${values.dtype}`);
+    }
+    const lr = Number(values.lr);
+    if (!(lr > 0 && Number.isFinite(lr))) {
+      throw new RangeError(`--lr must be a positive number: got ${values.lr}`);
+    }
+    const steps: Record<Arm, number> = {
+      cpu: count("steps", values.steps),
+      gpu: count("gpu-steps", values["gpu-steps"]),
+      ops: count("ops-steps", values["ops-steps"]),
+    };
+    // every arm follows the same schedule and data, so the shorter runs are prefixes of the cpu run
+    const opts = {
+      seed: count("seed", values.seed),
+      batch: positive("batch", values.batch),
+      lr,
+      scheduleSteps: Math.max(steps.cpu, steps.gpu, steps.ops),
+    };
+    if (values.out !== undefined) checkOut(values.out);
+    const cpuDtype: "f64" | "f32" = values.dtype;
+    return { values, steps, opts, arms, cpuDtype };
   });
   if (values.help) {
     console.log(HELP);
     return;
   }
-  const arms = values["arm-set"].split(",").map((a) => a.trim()).filter(Boolean);
-  for (const a of arms) {
-    if (a !== "cpu" && a !== "gpu" && a !== "ops") {
-      throw new RangeError(`--arm-set must list arms from cpu, gpu, ops: got ${a}`);
-    }
-  }
-  if (values.dtype !== "f64" && values.dtype !== "f32") {
-    throw new RangeError(`--dtype must be f64 or f32: got ${values.dtype}`);
-  }
-  const lr = Number(values.lr);
-  if (!(lr > 0 && Number.isFinite(lr))) {
-    throw new RangeError(`--lr must be a positive number: got ${values.lr}`);
-  }
-  const steps: Record<Arm, number> = {
-    cpu: count("steps", values.steps),
-    gpu: count("gpu-steps", values["gpu-steps"]),
-    ops: count("ops-steps", values["ops-steps"]),
-  };
-  // every arm follows the same schedule and data, so the shorter runs are prefixes of the cpu run
-  const opts = {
-    seed: count("seed", values.seed),
-    batch: Math.max(1, count("batch", values.batch)),
-    lr,
-    scheduleSteps: Math.max(steps.cpu, steps.gpu, steps.ops),
-  };
   console.error(
     `associative recall: ${SHAPE.keys} keys, ${SHAPE.values} values, ${SHAPE.pairs} pairs ` +
       `(T = ${3 * SHAPE.pairs}, chance ${(100 / SHAPE.values).toFixed(1)}%); layer D = ` +
@@ -224,7 +229,7 @@ async function main(): Promise<void> {
         continue;
       }
     }
-    const dtype = arm === "gpu" ? "f32" : arm === "ops" ? "f64" : values.dtype;
+    const dtype = arm === "gpu" ? "f32" : arm === "ops" ? "f64" : cpuDtype;
     const r = await train(arm, dtype, steps[arm], opts);
     results.push(r);
     if (r.calls.declined > 0) {
