@@ -65,3 +65,29 @@ export function checkBenchArgs(script: string, args: readonly string[], flags: B
     }
   }
 }
+
+/**
+ * A script's arguments, parsed by `parse`; a bad one prints one line naming it on stderr and exits
+ * with code 2 (no stack trace: the mistake is the caller's, not the script's). The bench scripts
+ * and the training examples use it for what checkBenchArgs does not cover (positional shapes,
+ * kernel-set names, node:util's parseArgs).
+ *
+ * @param script The script's or task's name, for the message.
+ * @param parse Parses and checks the arguments; throws a TypeError or RangeError for a bad one.
+ * @returns What `parse` returns.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { argsOrExit } from "./_args.ts";
+ * assert.equal(argsOrExit("gpu", () => Number("3")), 3);
+ * ```
+ */
+export function argsOrExit<T>(script: string, parse: () => T): T {
+  try {
+    return parse();
+  } catch (error) {
+    if (!(error instanceof TypeError || error instanceof RangeError)) throw error;
+    console.error(`${script}: ${error.message}`);
+    Deno.exit(2);
+  }
+}

@@ -12,6 +12,9 @@
 import { kda, kdaVjp } from "../kda/op/op.ts";
 import { releaseTensors, toGpu } from "../kda/gpu/tensor.ts";
 import { uploadProblem, wave, waveProblem } from "./_run.ts";
+import { argsOrExit } from "./_args.ts";
+import { kernelSet } from "../kda/gpu/kernel_set.ts";
+import "../kda/gpu/kernels/mod.ts";
 
 type Stat = { n: number; ms: number };
 const stats = new Map<string, Stat>();
@@ -50,14 +53,26 @@ wrap(GPUCommandEncoder.prototype, "encoder");
 wrap(GPUComputePassEncoder.prototype, "pass");
 wrap(GPUBuffer.prototype, "buffer");
 
-const dims = (Deno.args[0] ?? "1,64,1,16,16").split(",").map(Number);
-if (dims.length !== 5 || !dims.every((x) => Number.isInteger(x) && x > 0)) {
-  throw new RangeError(
-    `Invalid shape: expected B,T,H,K,V as five positive integers, got ${Deno.args[0]}`,
-  );
-}
+const { dims, kernels } = argsOrExit("bench:host", () => {
+  if (Deno.args.length > 2) {
+    throw new RangeError(
+      `Invalid arguments: expected B,T,H,K,V and an optional kernel set, got ${
+        Deno.args.join(" ")
+      }`,
+    );
+  }
+  const text = Deno.args[0] ?? "1,64,1,16,16";
+  const dims = text.split(",");
+  if (dims.length !== 5 || !dims.every((x) => /^\d+$/.test(x) && Number(x) > 0)) {
+    throw new RangeError(
+      `Invalid shape: expected B,T,H,K,V as five positive integers, got ${text}`,
+    );
+  }
+  const kernels = Deno.args[1] ?? "split";
+  kernelSet(kernels, "the kernel set (second argument)");
+  return { dims: dims.map(Number), kernels };
+});
 const [B, T, H, K, V] = dims;
-const kernels = Deno.args[1] ?? "split";
 const CALLS = 20;
 const x = waveProblem({ B, T, H, K, V });
 const inputs = await uploadProblem(x);

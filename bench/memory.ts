@@ -17,11 +17,16 @@ import { bufferElements, makePlan } from "../kda/gpu/layout.ts";
 import { gpuStatus } from "../kda/gpu/mod.ts";
 import "../kda/gpu/kernels/mod.ts";
 import { coldBytes, slug } from "./_run.ts";
+import { argsOrExit } from "./_args.ts";
 
-const { values } = parseArgs({
-  args: Deno.args,
-  options: { kernels: { type: "string", default: "split" } },
-  strict: true,
+const { values } = argsOrExit("bench:memory", () => {
+  const parsed = parseArgs({
+    args: Deno.args,
+    options: { kernels: { type: "string", default: "split" } },
+    strict: true,
+  });
+  kernelSet(parsed.values.kernels, "--kernels");
+  return parsed;
 });
 const SHAPES = [
   { B: 8, T: 4096, H: 16, K: 128, V: 128, C: 64 },

@@ -45,24 +45,6 @@ export function checkOut(out: string): void {
 }
 
 /**
- * An example's flags, parsed by `parse`; a bad flag prints one line naming it on stderr and exits
- * with code 2 (no stack trace: the mistake is the caller's, not the example's).
- *
- * @param script The task's name, for the message.
- * @param parse Parses and checks the flags; throws a TypeError or RangeError for a bad one.
- * @returns What `parse` returns.
- */
-export function flagsOrExit<T>(script: string, parse: () => T): T {
-  try {
-    return parse();
-  } catch (error) {
-    if (!(error instanceof TypeError || error instanceof RangeError)) throw error;
-    console.error(`${script}: ${error.message} (--help lists the flags)`);
-    Deno.exit(2);
-  }
-}
-
-/**
  * Seconds as people read them.
  *
  * @param s Seconds.

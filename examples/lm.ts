@@ -30,7 +30,8 @@ import { mulberry32 } from "../kda/layer/_random.ts";
 import { type LmShape, TinyLm } from "./_lm_model.ts";
 import { lengthOf, makeBatch, TASK, vocabOf } from "./_lm_task.ts";
 import { chartSvg, type Curve } from "./_svg.ts";
-import { checkOut, count, flagsOrExit, fmtTime, hasAdapter, positive, schedule } from "./_run.ts";
+import { checkOut, count, fmtTime, hasAdapter, positive, schedule } from "./_run.ts";
+import { argsOrExit } from "../bench/_args.ts";
 
 const HELP = `Usage: examples/lm.ts [flags]
   --steps N            training steps of the two-layer model on the cpu arm (default 600)
@@ -132,7 +133,7 @@ async function train(
 const COLORS: Record<Run, string> = { cpu: "#1f77b4", gpu: "#d62728", "one-layer": "#7f7f7f" };
 
 async function main(): Promise<void> {
-  const { values, steps, opts, runs } = flagsOrExit("example:lm", () => {
+  const { values, steps, opts, runs } = argsOrExit("example:lm", () => {
     const { values } = parseArgs({
       args: Deno.args,
       options: {

@@ -38,7 +38,8 @@ import {
   uniform,
 } from "./_recall_task.ts";
 import { chartSvg, type Curve } from "./_svg.ts";
-import { checkOut, count, flagsOrExit, fmtTime, hasAdapter, positive, schedule } from "./_run.ts";
+import { checkOut, count, fmtTime, hasAdapter, positive, schedule } from "./_run.ts";
+import { argsOrExit } from "../bench/_args.ts";
 
 const HELP = `Usage: examples/recall.ts [flags]
   --steps N        training steps of the cpu arm (default 300)
@@ -162,7 +163,7 @@ async function evaluate(
 const COLORS: Record<Arm, string> = { cpu: "#1f77b4", gpu: "#d62728", ops: "#2ca02c" };
 
 async function main(): Promise<void> {
-  const { values, steps, opts, arms, cpuDtype } = flagsOrExit("example:recall", () => {
+  const { values, steps, opts, arms, cpuDtype } = argsOrExit("example:recall", () => {
     const { values } = parseArgs({
       args: Deno.args,
       options: {

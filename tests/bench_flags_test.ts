@@ -45,6 +45,19 @@ Deno.test("bench scripts and the fuzz exit 2 naming a flag they do not take, bef
       ["bench/report.ts", "--dri=x"],
       /^bench:report: --dri=x is not a flag of this script: expected --dir=\.\.\.$/m,
     ],
+    [
+      ["bench/host_calls.ts", "1,2"],
+      /^bench:host: Invalid shape: expected B,T,H,K,V as five positive integers, got 1,2$/m,
+    ],
+    [
+      ["bench/host_calls.ts", "1,64,1,16,16", "nope"],
+      /^bench:host: the kernel set \(second argument\) must be one of .*: got nope$/m,
+    ],
+    [
+      ["bench/memory.ts", "--kernels=nope"],
+      /^bench:memory: --kernels must be one of .*: got nope$/m,
+    ],
+    [["bench/memory.ts", "--kernel=split"], /^bench:memory: Unknown option '--kernel'/m],
     [["tests/fuzz.ts", "--cases="], /^fuzz: --cases, .* must be non-negative integers/m],
     [["tests/fuzz.ts", "--bogus"], /^fuzz: Unknown option '--bogus'; usage: deno task fuzz/m],
   ];
@@ -52,5 +65,7 @@ Deno.test("bench scripts and the fuzz exit 2 naming a flag they do not take, bef
     const { code, stderr } = await run(args);
     assert.equal(code, 2, `${args.join(" ")}: ${stderr}`);
     assert.match(stderr, re, args.join(" "));
+    // one line, no stack trace
+    assert.equal(stderr.trim().split("\n").length, 1, `${args.join(" ")}: ${stderr}`);
   }
 });
