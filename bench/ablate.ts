@@ -7,15 +7,17 @@
 //   [--kernels=fused] (the set; default fused) [--sections=bA,bE] (only these sections; default all;
 //   `--sections=` times the stages whole, with no section removed)
 //   (each stage runs N times back to back in one submit; the median per stage is kept)
-//   (default 4 4096 16 128 64: too large for a software adapter's bindings); KDA_BENCH_OUT names a JSON
+//   (default 4 4096 16 128 64 on a card, 1 512 2 64 64 on a software adapter, whose bindings hold
+//   128 MiB); KDA_BENCH_OUT names a JSON
 //   file to write (under bench/results/ through the task).
 
-import type { ChunkSize } from "../kda/_types.ts";
-import { destroyDeviceForTests } from "../kda/gpu/device.ts";
+import { CHUNK_SIZES, type ChunkSize } from "../kda/_types.ts";
+import { destroyDeviceForTests, getContext } from "../kda/gpu/device.ts";
 import { gpuDebug } from "../kda/gpu/_debug.ts";
 import { type KernelSet, kernelSet } from "../kda/gpu/kernel_set.ts";
 import "../kda/gpu/kernels/mod.ts";
 import { withGpuJobs } from "./_run.ts";
+import { argsOrExit, checkBenchArgs } from "./_args.ts";
 
 /** The marked sections of a set's stages, as its declaration lists them. */
 function sectionsOf(set: KernelSet): string[] {
@@ -96,34 +98,83 @@ async function timeOnce(
   return last;
 }
 
-async function main(): Promise<void> {
-  const nums = Deno.args.filter((a) => !a.startsWith("--")).map(Number);
-  const [B, T, H, K, C] = nums.length === 5 ? nums : [4, 4096, 16, 128, 64];
-  const runsArg = Deno.args.find((a) => a.startsWith("--runs="));
-  const runs = runsArg ? Number(runsArg.slice(7)) : 8;
-  const dims = { B, T, H, K, V: K };
-  const timed = problem(dims);
-  const set = kernelSet(
-    Deno.args.find((a) => a.startsWith("--kernels="))?.slice(10) ?? "fused",
-    "--kernels",
-  );
-  const SECTIONS = sectionsOf(set);
-  const only = Deno.args.find((a) => a.startsWith("--sections="))?.slice(11).split(",")
-    .filter((name) => name !== "");
-  for (const name of only ?? []) {
-    if (!SECTIONS.includes(name)) {
-      throw new RangeError(`--sections must name sections of ${SECTIONS.join(", ")}: got ${name}`);
+/** The default shape on a card, and on a software adapter (whose bindings hold 128 MiB). */
+const DEFAULT_SHAPE = [4, 4096, 16, 128, 64];
+const SOFTWARE_SHAPE = [1, 512, 2, 64, 64];
+
+/** The arguments, checked: B T H K C (or none), --runs, --kernels, --sections. */
+function parseArgs(software: boolean) {
+  const flags = Deno.args.filter((a) => a.startsWith("--"));
+  // "--sections=" (empty: the stages whole, nothing removed) is this script's one empty value
+  checkBenchArgs("bench:ablate", flags.filter((a) => a !== "--sections="), {
+    valued: ["runs", "kernels", "sections"],
+    integers: { runs: { min: 1 } },
+  });
+  return argsOrExit("bench:ablate", () => {
+    const nums = Deno.args.filter((a) => !a.startsWith("--"));
+    if (nums.length !== 0 && nums.length !== 5) {
+      throw new RangeError(
+        `Invalid shape: expected B T H K C as five positive integers or none, got ${
+          nums.join(" ")
+        }`,
+      );
     }
+    if (!nums.every((a) => /^\d+$/.test(a) && Number(a) > 0)) {
+      throw new RangeError(
+        `Invalid shape: expected B T H K C as five positive integers, got ${nums.join(" ")}`,
+      );
+    }
+    const [B, T, H, K, C] = nums.length === 5
+      ? nums.map(Number)
+      : software
+      ? SOFTWARE_SHAPE
+      : DEFAULT_SHAPE;
+    if (!(CHUNK_SIZES as readonly number[]).includes(C)) {
+      throw new RangeError(`Invalid C: expected one of ${CHUNK_SIZES.join(", ")}, got ${C}`);
+    }
+    const flag = (name: string) =>
+      flags.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+    const set = kernelSet(flag("kernels") ?? "fused", "--kernels");
+    const sections = sectionsOf(set);
+    const only = flag("sections")?.split(",").filter((name) => name !== "");
+    for (const name of only ?? []) {
+      if (!sections.includes(name)) {
+        throw new RangeError(
+          `--sections must name sections of ${sections.join(", ")}: got ${name}`,
+        );
+      }
+    }
+    return {
+      dims: { B, T, H, K, V: K },
+      C: C as ChunkSize,
+      runs: Number(flag("runs") ?? 8),
+      set,
+      sections: only ?? sections,
+      defaulted: nums.length === 0,
+    };
+  });
+}
+
+async function main(): Promise<void> {
+  const { info } = await getContext();
+  const { dims, C, runs, set, sections, defaulted } = parseArgs(info.software);
+  const { B, T, H, K } = dims;
+  if (defaulted && info.software) {
+    console.error(
+      `bench:ablate: a software adapter (${info.description}): the default shape is ` +
+        `${SOFTWARE_SHAPE.join(" ")} (B T H K C), whose times say nothing of a card's`,
+    );
   }
+  const timed = problem(dims);
   let stages: string[] = [];
   const rows: Record<string, unknown>[] = [];
   let full: number[] = [];
-  for (const section of ["(none)", ...(only ?? SECTIONS)]) {
+  for (const section of ["(none)", ...sections]) {
     gpuDebug.shaderTransform = section === "(none)"
       ? null
       : (code, name) => name === set.name ? ablate(code, section) : code;
     destroyDeviceForTests();
-    const { names, ms } = await timeOnce(set, timed, C as ChunkSize, runs);
+    const { names, ms } = await timeOnce(set, timed, C, runs);
     if (section === "(none)") full = ms, stages = names;
     const saved = ms.map((m, i) => full[i] - m);
     rows.push({ section, ms, savedMs: saved });

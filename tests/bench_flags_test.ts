@@ -58,6 +58,11 @@ Deno.test("bench scripts and the fuzz exit 2 naming a flag they do not take, bef
       /^bench:memory: --kernels must be one of .*: got nope$/m,
     ],
     [["bench/memory.ts", "--kernel=split"], /^bench:memory: Unknown option '--kernel'/m],
+    [["bench/ablate.ts", "--runs=0"], /^bench:ablate: --runs must be a positive integer: got 0$/m],
+    [
+      ["bench/ablate.ts", "1", "64", "1", "16", "48"],
+      /^bench:ablate: Invalid C: expected one of 16, 32, 64, got 48$/m,
+    ],
     [["tests/fuzz.ts", "--cases="], /^fuzz: --cases, .* must be non-negative integers/m],
     [["tests/fuzz.ts", "--bogus"], /^fuzz: Unknown option '--bogus'; usage: deno task fuzz/m],
   ];
