@@ -55,7 +55,7 @@ export interface OpDef<A> {
  * ```
  */
 export function apply<A>(name: string, def: OpDef<A>, xs: readonly Tensor[], attrs: A): Tensor {
-  const tape = tapeOf(xs);
+  const tape = tapeOf(xs, name);
   const y = def.forward(xs, attrs);
   if (tape === undefined) return new Tensor(y.data, y.shape);
   const out = tape.output(y.data, y.shape);

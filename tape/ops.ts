@@ -289,6 +289,15 @@ export function transpose(x: Tensor): Tensor {
  * ```
  */
 export function linear(x: Tensor, w: Tensor): Tensor {
+  checkTensor("linear", "x", x), checkTensor("linear", "w", w);
+  if (x.shape.length !== 2 || w.shape.length !== 2 || x.shape[1] !== w.shape[1]) {
+    throw new RangeError(
+      `linear() shapes must be x [n, in] and w [out, in]: got [${x.shape.join(", ")}] and [${
+        w.shape.join(", ")
+      }]`,
+    );
+  }
+  tapeOf([x, w], "linear");
   return matmul(x, transpose(w));
 }
 
@@ -510,13 +519,17 @@ export function unstack(x: Tensor, axis: number): Tensor[] {
  * Joins equally shaped tensors along a new axis.
  *
  * @param xs The tensors, at least one.
- * @param axis Where the new axis goes.
+ * @param axis Where the new axis goes, among the result's axes: 0 to rank, or negative from the
+ * end as every axis of the tape (-1 puts it last).
  * @returns The stacked tensor.
  *
  * @example Usage
  * ```ts
+ * import assert from "node:assert/strict";
  * import { stack, Tensor } from "@deltanet/kda/tape";
- * stack([new Tensor(new Float64Array([1]), [1]), new Tensor(new Float64Array([2]), [1])], 0);
+ * const a = new Tensor(new Float64Array([1, 2]), [2]), b = new Tensor(new Float64Array([3, 4]), [2]);
+ * assert.deepEqual(stack([a, b], 0).shape, [2, 2]);
+ * assert.deepEqual([...stack([a, b], -1).data], [1, 3, 2, 4]);
  * ```
  */
 export function stack(xs: readonly Tensor[], axis: number): Tensor {
@@ -524,10 +537,10 @@ export function stack(xs: readonly Tensor[], axis: number): Tensor {
     throw new RangeError(`stack() xs must be a non-empty array: got ${xs?.length ?? typeof xs}`);
   }
   xs.forEach((x, i) => checkTensor("stack", `xs[${i}]`, x));
+  tapeOf(xs, "stack");
   const rank = xs[0].shape.length;
-  if (!Number.isInteger(axis) || axis < 0 || axis > rank) {
-    throw new RangeError(`stack() axis must be an integer in [0, ${rank}]: got ${axis}`);
-  }
+  // an axis of the result, which has one more than the inputs
+  axis = checkAxis("stack", [...xs[0].shape, 1], axis);
   for (const x of xs) {
     if (x.shape.length !== rank || x.shape.some((d, i) => d !== xs[0].shape[i])) {
       throw new RangeError(
@@ -574,7 +587,7 @@ export function customNode(
     dispose?: () => void;
   },
 ): Tensor[] {
-  const tape: Tape | undefined = tapeOf(def.inputs);
+  const tape: Tape | undefined = tapeOf(def.inputs, name);
   if (tape === undefined) return def.outputs.map((o) => new Tensor(o.data, o.shape));
   const outputs = def.outputs.map((o) => tape.output(o.data, o.shape));
   const { inputs, vjp, jvp, dispose } = def;

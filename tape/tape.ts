@@ -269,16 +269,25 @@ export class Tape {
  * undefined when none requires a gradient (inference: nothing is recorded).
  *
  * @param inputs The op's inputs.
+ * @param op The op's name, for the messages (an op's errors name it).
  * @returns The shared tape, or undefined.
  */
-export function tapeOf(inputs: readonly (Tensor | undefined)[]): Tape | undefined {
+export function tapeOf(
+  inputs: readonly (Tensor | undefined)[],
+  op?: string,
+): Tape | undefined {
   let tape: Tape | undefined;
-  let dtype: ComputeDType | undefined;
-  for (const x of inputs) {
+  let first: number | undefined;
+  const what = op === undefined ? "Op" : `${op}()`;
+  for (const [i, x] of inputs.entries()) {
     if (x === undefined) continue;
-    if (dtype === undefined) dtype = x.dtype;
-    else if (x.dtype !== dtype) {
-      throw new TypeError(`Op inputs must share one dtype: expected ${dtype}, got ${x.dtype}`);
+    if (first === undefined) first = i;
+    else if (x.dtype !== inputs[first]!.dtype) {
+      throw new TypeError(
+        `${what} inputs must share one dtype: input ${first} is ${
+          inputs[first]!.dtype
+        }, input ${i} is ${x.dtype}`,
+      );
     }
     if (x.tape === undefined) continue;
     if (tape === undefined) tape = x.tape;

@@ -246,7 +246,7 @@ Deno.test("unstack() sends no cotangent to unused pieces and still gets the used
 
 Deno.test("stack() VJP matches central differences on every axis", async () => {
   let seed = 120;
-  for (const axis of [0, 1, 2]) {
+  for (const axis of [0, 1, 2, -1, -3]) {
     await gradCheck(
       `stack(axis ${axis})`,
       ([a, b, c]) => T.stack([a, b, c], axis),
@@ -257,6 +257,15 @@ Deno.test("stack() VJP matches central differences on every axis", async () => {
   const y = T.stack([T.constant("f64", [1, 2]), T.constant("f64", [3, 4])], 1);
   assert.deepEqual(y.shape, [2, 2]);
   assert.deepEqual([...y.data], [1, 3, 2, 4]);
+  // a negative axis counts from the end of the result's axes, as numpy's does
+  const last = T.stack([T.constant("f64", [1, 2]), T.constant("f64", [3, 4])], -1);
+  assert.deepEqual([...last.data], [1, 3, 2, 4]);
+  const first = T.stack([T.constant("f64", [1, 2]), T.constant("f64", [3, 4])], -2);
+  assert.deepEqual([...first.data], [1, 2, 3, 4]);
+  assert.throws(
+    () => T.stack([T.constant("f64", [1, 2])], -3),
+    { name: "RangeError", message: "stack() axis must be an integer in [-2, 1]: got -3" },
+  );
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -405,10 +414,36 @@ Deno.test("mixing f32 and f64 inputs throws TypeError", () => {
   const v = tape.variable(new Float64Array([1, 2]), [2]);
   const c32 = T.constant("f32", [1, 2]);
   assert.throws(() => T.add(v, c32), TypeError);
-  assert.throws(() => T.mul(T.constant("f64", [1, 2]), c32), /share one dtype/);
-  assert.throws(() => T.concat([v, c32], 0), TypeError);
+  // the message names the op and which input differs
+  assert.throws(() => T.mul(T.constant("f64", [1, 2]), c32), {
+    name: "TypeError",
+    message: "mul() inputs must share one dtype: input 0 is f64, input 1 is f32",
+  });
+  assert.throws(() => T.concat([v, v, c32], 0), {
+    name: "TypeError",
+    message: "concat() inputs must share one dtype: input 0 is f64, input 2 is f32",
+  });
+  assert.throws(() => T.stack([v, c32], 0), /^TypeError: stack\(\) inputs must share/);
+  assert.throws(
+    () => T.linear(T.constant("f64", [1, 2], [1, 2]), T.constant("f32", [1, 2], [1, 2])),
+    /^TypeError: linear\(\) inputs must share one dtype/,
+  );
   assert.throws(() => tape.variable(new Float32Array(2), [2]), TypeError);
   assert.throws(() => new Tape("f16" as "f32"), TypeError);
+});
+
+Deno.test("linear() names its own arguments when their shapes do not fit", () => {
+  assert.throws(
+    () => T.linear(T.constant("f64", [1, 2], [1, 2]), T.constant("f64", [1, 2, 3], [1, 3])),
+    {
+      name: "RangeError",
+      message: "linear() shapes must be x [n, in] and w [out, in]: got [1, 2] and [1, 3]",
+    },
+  );
+  assert.throws(() => T.linear(T.constant("f64", [1, 2]), T.constant("f64", [1, 2], [1, 2])), {
+    name: "RangeError",
+    message: "linear() shapes must be x [n, in] and w [out, in]: got [2] and [1, 2]",
+  });
 });
 
 Deno.test("mixing tensors of two different tapes throws TypeError", () => {
