@@ -1,6 +1,8 @@
 // How numbers are compared (docs/kda.md 4): one agreement metric for tensors, and central
 // differences whose step and resolution floor are derived from the loss, not guessed.
 
+import { shown, typeName } from "../base/check.ts";
+
 /** The agreement of `a` with a reference `b`. */
 export interface Agreement {
   /** `max|a − b| / max|b|`; NaN when either holds NaN, Infinity when `b` is all zeros but `a` is not. */
@@ -47,6 +49,12 @@ export function agreement(a: ArrayLike<number>, b: ArrayLike<number>): Agreement
  * @returns True when every byte matches.
  */
 export function sameBits(a: Float64Array | Float32Array, b: Float64Array | Float32Array): boolean {
+  // anything else has no bytes of its own to compare, and would compare as equal
+  for (const [name, x] of [["a", a], ["b", b]] as const) {
+    if (!(x instanceof Float64Array || x instanceof Float32Array)) {
+      throw new TypeError(`${name} must be a Float64Array or Float32Array: got ${typeName(x)}`);
+    }
+  }
   if (a.length !== b.length || a.constructor !== b.constructor) return false;
   const ua = new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
   const ub = new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
@@ -66,9 +74,16 @@ export function formatAgreement(x: Agreement): string {
   })`;
 }
 
-/** Machine epsilon of a dtype. */
+/**
+ * Machine epsilon of a dtype.
+ *
+ * @param dtype "f64" or "f32".
+ * @returns 2^-52 or 2^-23.
+ */
 export function epsilonOf(dtype: "f64" | "f32"): number {
-  return dtype === "f64" ? Number.EPSILON : 2 ** -23;
+  if (dtype === "f64") return Number.EPSILON;
+  if (dtype === "f32") return 2 ** -23;
+  throw new TypeError(`dtype must be "f64" or "f32": got ${shown(dtype)}`);
 }
 
 /**
@@ -90,6 +105,24 @@ export function derivedStep(
   paramRms: number,
   maxFraction = 0.1,
 ): number {
+  const need = (name: string, x: number, ok: boolean, what: string) => {
+    if (!ok) throw new RangeError(`${name} must be ${what}: got ${shown(x)}`);
+  };
+  need("eps", eps, eps > 0 && Number.isFinite(eps), "a positive finite number");
+  need(
+    "lossScale",
+    lossScale,
+    lossScale > 0 && Number.isFinite(lossScale),
+    "a positive finite number",
+  );
+  need("gradMax", gradMax, gradMax > 0 && Number.isFinite(gradMax), "a positive finite number");
+  need("paramRms", paramRms, paramRms >= 0 && Number.isFinite(paramRms), "a finite number ≥ 0");
+  need(
+    "maxFraction",
+    maxFraction,
+    maxFraction > 0 && Number.isFinite(maxFraction),
+    "a positive finite number",
+  );
   const h = Math.cbrt(3 * eps * lossScale / gradMax);
   return paramRms > 0 ? Math.min(h, maxFraction * paramRms) : h;
 }
@@ -117,7 +150,10 @@ export interface CoordinateProbe {
   fd: [number, number];
   /** Floors at h and h/10. */
   floor: [number, number];
-  /** `min(rel(h), rel(h/10))` over the steps whose floor the derivative clears; NaN if none. */
+  /**
+   * `min(rel(h), rel(h/10))` over the steps whose floor the derivative clears; NaN if none, or if
+   * the difference at one of them is NaN.
+   */
   rel: number;
   /** Whether `|grad|` clears the floor at one step at least. */
   resolved: boolean;
@@ -147,7 +183,9 @@ export async function probeCoordinate(
 ): Promise<CoordinateProbe> {
   const fd: [number, number] = [0, 0];
   const floor: [number, number] = [0, 0];
-  let rel = NaN, resolved = false;
+  // a NaN difference at any step the derivative clears makes the probe NaN (it fails): taking the
+  // smaller of the two would let the other step's agreement hide it
+  let rel = NaN, resolved = false, nan = false;
   for (const [i, step] of [h, h / 10].entries()) {
     const plus = await lossAt(step);
     const minus = await lossAt(-step);
@@ -158,10 +196,11 @@ export async function probeCoordinate(
     if (Math.abs(grad) >= floor[i]) {
       resolved = true;
       const r = Math.abs(fd[i] - grad) / Math.abs(grad);
-      rel = Number.isNaN(rel) ? r : Math.min(rel, r);
+      if (Number.isNaN(r)) nan = true;
+      else rel = Number.isNaN(rel) ? r : Math.min(rel, r);
     }
   }
-  return { index, grad, fd, floor, rel, resolved };
+  return { index, grad, fd, floor, rel: nan ? NaN : rel, resolved };
 }
 
 /**
@@ -174,6 +213,9 @@ export async function probeCoordinate(
  * @returns One to three distinct flat indices.
  */
 export function probeIndices(grad: ArrayLike<number>): number[] {
+  if (!(grad?.length >= 1)) {
+    throw new RangeError(`grad must hold at least one entry: got length ${shown(grad?.length)}`);
+  }
   let top = 0;
   for (let i = 1; i < grad.length; i++) if (Math.abs(grad[i]) > Math.abs(grad[top])) top = i;
   const large = (i: number) => i !== top && Math.abs(grad[i]) >= Math.abs(grad[top]) / 4;

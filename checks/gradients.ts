@@ -3,6 +3,7 @@
 // layer proof (prove.ts) uses the row builders; `proveGradients` runs them on anyone's layer.
 
 import { type Data, jvp, Tape, Tensor } from "../tape/mod.ts";
+import { checkKnownKeys, checkObject, shown, typeName } from "../base/check.ts";
 import { mulberry32 } from "../kda/layer/_random.ts";
 import {
   type CoordinateProbe,
@@ -153,6 +154,12 @@ export interface DirectionalRow {
 
 /** A seeded direction of `n` entries, uniform in [−1, 1). */
 export function direction(n: number, seed: number): Float64Array {
+  if (!(Number.isSafeInteger(n) && n >= 0)) {
+    throw new RangeError(`n must be a non-negative integer: got ${shown(n)}`);
+  }
+  if (!Number.isSafeInteger(seed)) {
+    throw new RangeError(`seed must be an integer: got ${shown(seed)}`);
+  }
   const uniform = mulberry32(seed);
   return Float64Array.from({ length: n }, () => 2 * uniform() - 1);
 }
@@ -175,6 +182,11 @@ export function directionalRow(
   u: ArrayLike<number>,
   tol: number,
 ): DirectionalRow {
+  if (grad.length !== u.length) {
+    throw new RangeError(
+      `grad and u must have equal lengths: got ${grad.length} and ${u.length}`,
+    );
+  }
   let vjp = 0, scale = 0;
   for (let i = 0; i < u.length; i++) {
     vjp += grad[i] * u[i];
@@ -355,10 +367,17 @@ export async function proveGradients(
   options: ProveGradientsOptions = {},
 ): Promise<ProveGradientsReport> {
   if (!(subject?.parameters instanceof Map) || typeof subject.loss !== "function") {
-    throw new TypeError(
-      "subject must have parameters (a Map) and loss (a function): got something else",
-    );
+    const got = subject === null || typeof subject !== "object"
+      ? typeName(subject)
+      : `parameters ${typeName(subject.parameters)} and loss ${typeName(subject.loss)}`;
+    throw new TypeError(`subject must have parameters (a Map) and loss (a function): got ${got}`);
   }
+  checkKnownKeys("options", checkObject("options", options), [
+    "seed",
+    "directionalTol",
+    "fdTol",
+    "probeAllUpTo",
+  ]);
   const seed = options.seed ?? 0;
   const dirTol = options.directionalTol ?? 1e-10;
   const fdTol = options.fdTol ?? FD_TOL;

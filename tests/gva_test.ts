@@ -8,6 +8,8 @@ import type { Arm } from "../kda/_types.ts";
 import { bitsEqual, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 import type { ComputeDType } from "../base/dtype.ts";
+import { gpuDiagnostics } from "../mod.ts";
+import { gpuUnsupportedReason } from "../kda/gpu/mod.ts";
 
 reportMissingGpu("gva_test");
 
@@ -171,3 +173,31 @@ Deno.test("kda() and kdaVjp() reject bad grouped head counts and lengths with na
       /^cotangents\.dout must have 608 elements \[B, T, HV, V\]: got 304$/.test(e.message),
   );
 });
+
+gpuTest(
+  "a grouped call too large for a binding is refused with the caller's heads, before any upload",
+  async () => {
+    const limits = (await gpuDiagnostics()).adapter!.limits;
+    const maxBinding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
+    // one query/key head and 16 value heads: g ([B, T, HV, K]) passes the binding limit while q and k
+    // are a sixteenth of it; the split set takes grouped heads itself, and its limit check once
+    // sized the call by the query heads and let it through to a WebGPU validation error
+    const H = 1, HV = 16, K = 64, V = 1;
+    const T = Math.ceil(maxBinding / (HV * K * 4)) + 64;
+    const dims = { B: 1, T, H, HV, K, V };
+    const reason = gpuUnsupportedReason(dims, 64, "split") ?? "";
+    assert.match(reason, /over the device's storage binding limit/, reason);
+    assert.match(reason, new RegExp(`\\(B=1, T=${T}, H=1, HV=16, K=64, V=1, chunkSize=64`), reason);
+    // the same for a packed batch of that length: the check sees the offsets the set walks itself
+    const cuSeqlens = Int32Array.of(0, 100, T);
+    const packed = gpuUnsupportedReason({ ...dims, cuSeqlens }, 64, "split") ?? "";
+    assert.match(packed, /\(a packed batch of 2 sequences, T=\d+ in all, H=1, HV=16/, packed);
+    if (maxBinding > 256 * 2 ** 20) return; // a card: the arrays below would take gigabytes
+    const z = (n: number) => new Float32Array(n);
+    const x = { ...dims, q: z(T * H * K), k: z(T * H * K), v: z(T * HV * V), g: z(T * HV * K) };
+    await assert.rejects(
+      () => kda({ ...x, beta: z(T * HV) }, { arm: "gpu", kernels: "split", strict: true }),
+      (e: unknown) => e instanceof Error && e.message.includes(reason),
+    );
+  },
+);

@@ -26,6 +26,8 @@ export interface Layout {
   expand: number;
   /** The packed offsets, when the glue pads them to [N, Tmax] (on the device once uploaded). */
   padded: { cuSeqlens: Int32Array; Tmax: number; offsets: GPUBuffer | null } | null;
+  /** The packed offsets, when the set walks the packed batch itself. */
+  packed: Int32Array | null;
 }
 
 /** The layout of a call's dims on a set: what the glue must expand or pad. */
@@ -51,14 +53,25 @@ export function layoutFor(
     N: cu === undefined ? x.B : cu.length - 1,
     expand: HV !== x.H && !set.native.groupedHeads ? HV / x.H : 1,
     padded,
+    packed: cu !== undefined && padded === null ? cu : null,
   };
 }
 
-/** The dims the set sees: grouped heads expanded and a packed batch padded where the glue does. */
-export function viewDims(layout: Layout) {
+/**
+ * The dims the set sees: grouped heads expanded and a packed batch padded where the glue does, and
+ * the value heads and packed offsets it takes itself. The one view of a call: its limits are
+ * checked on it (callProblem) and its job is planned on it, so the two cannot disagree.
+ */
+export function viewDims(
+  layout: Layout,
+): { B: number; T: number; H: number; HV?: number; cuSeqlens?: Int32Array } {
   const H = layout.expand > 1 ? layout.HV : layout.H;
-  if (layout.padded === null) return { B: layout.B, T: layout.T, H };
-  return { B: layout.N, T: layout.padded.Tmax, H };
+  const own = {
+    ...(layout.expand === 1 && layout.HV !== layout.H ? { HV: layout.HV } : {}),
+    ...(layout.packed !== null ? { cuSeqlens: layout.packed } : {}),
+  };
+  if (layout.padded === null) return { B: layout.B, T: layout.T, H, ...own };
+  return { B: layout.N, T: layout.padded.Tmax, H, ...own };
 }
 
 /** A call-scoped tensor view of a scratch buffer (not owned by any DeviceTensor). */

@@ -442,8 +442,6 @@ async function forward<A extends GpuArray>(
       g: g!,
       beta: beta!,
       ...(h0 !== undefined ? { h0 } : {}),
-      ...(layout.expand === 1 && HV !== layout.H ? { HV } : {}),
-      ...(layout.padded === null && x.cuSeqlens !== undefined ? { cuSeqlens: x.cuSeqlens } : {}),
     };
     const job = await ForwardJob.create(ctx, set, inView, {
       chunkSize: options.chunkSize,

@@ -458,7 +458,12 @@ function overLimit(set: KernelSet, plan: Plan, limits: SetLimits): string | null
   return null;
 }
 
-function fits(set: KernelSet, shape: KdaDims, C: ChunkSize, limits: SetLimits): boolean {
+function fits(
+  set: KernelSet,
+  shape: KdaDims & { HV?: number; cuSeqlens?: Int32Array },
+  C: ChunkSize,
+  limits: SetLimits,
+): boolean {
   return overLimit(set, makePlan(set, shape, C), limits) === null;
 }
 
@@ -498,23 +503,33 @@ function largest(hi: number, ok: (n: number) => boolean): number {
 export function limitProblem(set: KernelSet, plan: Plan, limits: SetLimits): string | null {
   const problem = overLimit(set, plan, limits);
   if (problem === null) return null;
-  const { B, T, H, K, V, C } = plan;
-  const shape = { B, T, H, K, V };
+  // the plan runs value heads (H) with query/key heads HQ: the advice keeps both, and the packed
+  // offsets of a set that walks them itself
+  const { B, T, H: HV, HQ: H, K, V, C, cuSeqlens } = plan;
+  const heads = HV === H ? {} : { HV };
+  const shape = { B, T, H, K, V, ...heads };
   const advice: string[] = [];
-  const smaller = ([16, 32] as ChunkSize[]).filter((c) => c < C && fits(set, shape, c, limits));
+  const smaller = ([16, 32] as ChunkSize[]).filter((c) =>
+    c < C && fits(set, { ...shape, ...(cuSeqlens ? { cuSeqlens } : {}) }, c, limits)
+  );
   if (smaller.length > 0) advice.push(`chunkSize ${smaller[smaller.length - 1]} fits`);
-  const maxB = largest(B, (b) => fits(set, { ...shape, B: b }, C, limits));
+  const maxB = cuSeqlens ? 0 : largest(B, (b) => fits(set, { ...shape, B: b }, C, limits));
+  const headsText = `H=${H}${HV === H ? "" : `, HV=${HV}`}`;
   if (maxB > 0) {
     advice.push(`at T=${T} and chunkSize ${C} the largest batch that fits is B=${maxB}`);
   } else {
     const maxT = largest(T, (t) => fits(set, { ...shape, B: 1, T: t }, C, limits));
+    const none = cuSeqlens ? "the packed batch does not fit" : `no batch fits at T=${T}`;
     advice.push(
       maxT > 0
-        ? `no batch fits at T=${T}; at B=1 the longest sequence that fits is T=${maxT}`
-        : `not even B=1, T=1 fits at H=${H}, K=${K}, V=${V}`,
+        ? `${none}; at B=1 the longest sequence that fits is T=${maxT}`
+        : `not even B=1, T=1 fits at ${headsText}, K=${K}, V=${V}`,
     );
   }
-  return `${problem[0].toUpperCase()}${problem.slice(1)} (B=${B}, T=${T}, H=${H}, K=${K}, ` +
+  const batch = cuSeqlens
+    ? `a packed batch of ${cuSeqlens.length - 1} sequences, T=${T} in all`
+    : `B=${B}, T=${T}`;
+  return `${problem[0].toUpperCase()}${problem.slice(1)} (${batch}, ${headsText}, K=${K}, ` +
     `V=${V}, chunkSize=${C}, kernels ${set.name}): ${advice.join("; ")}`;
 }
 
