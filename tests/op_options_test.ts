@@ -633,3 +633,67 @@ for (const kernels of GPU_SETS) {
     () => assertZeroGateGradients("gpu", "f32", kernels),
   );
 }
+
+// One token's raw gate far past the decay's range among ordinary ones: its log decay's gradient is
+// the decay (0 in f32) times a finite sum, and daLog multiplies it by the log decay (−1e30 at the
+// largest). The chunked backward leaves a rounding residue there; the gpu arm must not return it
+// amplified (it returned daLog −1.9e21 against −0.063 for one such token at T = 3).
+for (const kernels of GPU_SETS) {
+  gpuTest(
+    `in-kernel options: an underflowing decay among ordinary ones keeps daLog within 2e-5 of f64 (kernels ${kernels})`,
+    async () => {
+      const T = 40, K = 4, V = 3;
+      const worst = new Worst();
+      // the softplus form's log decay at those tokens is below f32's underflow (its gradient is
+      // taken as 0 there); the lower-bound form's stays above lowerBound
+      for (const big of [1e30, 1e4, 200, 110]) {
+        for (const lowerBound of big === 1e30 ? [null, -5] : [null]) {
+          const make = <A extends Float64Array | Float32Array>(C: { from(a: number[]): A }) => {
+            const r = mulberry32(5);
+            const f = (n: number, s: number) =>
+              C.from(Array.from({ length: n }, () => s * (r() - 0.5)));
+            const g = f(T * K, 2);
+            for (let c = 0; c < K; c++) g[7 * K + c] = big; // token 7, every channel
+            return {
+              x: {
+                B: 1,
+                T,
+                H: 1,
+                K,
+                V,
+                q: f(T * K, 1),
+                k: f(T * K, 1),
+                v: f(T * V, 2),
+                g,
+                beta: f(T, 1).map((b) => 0.5 + b / 2),
+                aLog: f(1, 0.5),
+              } as KdaInputs,
+              cot: { dout: f(T * V, 2), dht: f(K * V, 2) },
+            };
+          };
+          const options = { useGateInKernel: true, ...(lowerBound === null ? {} : { lowerBound }) };
+          const ref = await kdaVjp(make(Float64Array).x, make(Float64Array).cot, {
+            ...options,
+            arm: "cpu",
+          }) as unknown as Record<string, Float>;
+          const f32 = make(Float32Array);
+          const got = await kdaVjp(f32.x, f32.cot, {
+            ...options,
+            arm: "gpu",
+            strict: true,
+            kernels,
+          }) as unknown as Record<string, Float>;
+          for (const name of ["daLog", "dg", "dq", "dk", "dv", "dbeta"]) {
+            worst.check(
+              `raw gate ${big}, lowerBound ${lowerBound}: ${name}`,
+              got[name],
+              ref[name],
+              2e-5,
+            );
+          }
+        }
+      }
+      worst.report(`kernels ${kernels}`);
+    },
+  );
+}

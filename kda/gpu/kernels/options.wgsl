@@ -132,12 +132,21 @@ fn gateOf(z: f32, h: u32) -> f32 {
   return -sharp * softplusOf(z);
 }
 
-// The gradient of z from that of the log decay, and the term of daLog. That term is a gradient
-// times a value that may have overflowed f32 (sharp z, or the log decay itself, past 3.4e38 for
-// accepted inputs such as aLog = 88): where the gradient is exactly 0, as it is wherever the decay
-// is, the term is 0, not 0 · ∞ = NaN.
-fn gateGrad(z: f32, h: u32, dy: f32) -> vec2f {
+// Below this log decay the decay underflows f32 to 0 (e^-104 < 2^-149).
+const DECAY_UNDERFLOW = -104.0;
+
+// The gradient of z from that of the log decay, and the term of daLog. Where the decay underflows
+// f32, the forward applied a decay of exactly 0, and the log decay's true gradient (the decay times
+// a finite sum of the state's terms) is 0 in f32 too; but the chunked backward forms it from
+// pairwise terms that cancel only to rounding and returns their residue, which the daLog term
+// would multiply by the log decay itself (1e30 for a raw gate of 1e30, or ∞ at aLog = 88). There
+// the gradient is taken as 0. Above the threshold the residue stays, times at most 104 in the
+// term (docs/kda.md 2.8). The term is a gradient times a value that may have overflowed f32 (sharp
+// z, or the log decay, past 3.4e38 for accepted inputs such as aLog = 88): where the gradient is
+// exactly 0 the term is 0, not 0 · ∞ = NaN.
+fn gateGrad(z: f32, h: u32, dyIn: f32) -> vec2f {
   let sharp = sharpness(h);
+  let dy = select(dyIn, 0.0, gateOf(z, h) < DECAY_UNDERFLOW);
   if ((op.flags & LOWER_BOUND) != 0u) {
     // y = lb σ(u), u = sharp z
     let u = sharp * z;
