@@ -64,30 +64,36 @@ export interface SafetensorsInput {
  * compared as parsed, so two spellings of one name ("a" and "\u0061") are the same key.
  */
 function duplicateKey(text: string): { path: string[]; key: string } | undefined {
-  // One frame per open container: its keys (null for an array) and the path that names it.
-  const stack: { keys: Set<string> | null; path: string[] }[] = [];
+  // One frame per open container: its keys (null for an array), and its parent and the segment
+  // that names it there; a path is built only for the message, so a deep header scans in linear
+  // time (copying each frame's path made it quadratic: a 40 KB header of nested arrays took 9 s)
+  type Frame = { keys: Set<string> | null; parent: Frame | undefined; segment: string };
+  const pathOf = (frame: Frame): string[] => {
+    const path: string[] = [];
+    for (let f: Frame | undefined = frame; f?.parent !== undefined; f = f.parent) {
+      path.push(f.segment);
+    }
+    return path.reverse();
+  };
+  let top: Frame | undefined;
   let lastKey: string | undefined;
   for (let i = 0; i < text.length; i++) {
     const c = text[i];
     if (c === '"') {
       const start = i;
       for (i++; i < text.length && text[i] !== '"'; i++) if (text[i] === "\\") i++;
-      const top = stack[stack.length - 1];
       if (top === undefined || top.keys === null) continue;
       let j = i + 1;
       while (j < text.length && /\s/.test(text[j])) j++;
       if (text[j] !== ":") continue;
       const key: string = JSON.parse(text.slice(start, i + 1));
-      if (top.keys.has(key)) return { path: top.path, key };
+      if (top.keys.has(key)) return { path: pathOf(top), key };
       top.keys.add(key);
       lastKey = key;
     } else if (c === "{" || c === "[") {
-      const parent = stack[stack.length - 1];
-      const path = parent === undefined
-        ? []
-        : [...parent.path, parent.keys === null ? "[]" : lastKey!];
-      stack.push({ keys: c === "{" ? new Set() : null, path });
-    } else if (c === "}" || c === "]") stack.pop();
+      const segment = top === undefined ? "" : top.keys === null ? "[]" : lastKey!;
+      top = { keys: c === "{" ? new Set() : null, parent: top, segment };
+    } else if (c === "}" || c === "]") top = top?.parent;
   }
   return undefined;
 }
@@ -186,8 +192,9 @@ function decode(
  * ```
  */
 export function readSafetensors(bytes: Uint8Array): SafetensorsFile {
-  if (!(bytes instanceof Uint8Array)) {
-    throw new TypeError(`bytes must be a Uint8Array: got ${typeName(bytes)}`);
+  // a Proxy passes instanceof but is no view of a buffer (its reads would throw an engine error)
+  if (!(bytes instanceof Uint8Array) || !ArrayBuffer.isView(bytes)) {
+    throw new TypeError(`bytes must be a Uint8Array: got ${viewName(bytes)}`);
   }
   if (bytes.length < 8) {
     throw new RangeError(
@@ -320,7 +327,25 @@ export function readSafetensors(bytes: Uint8Array): SafetensorsFile {
 // ---------------------------------------------------------------------------------------------
 // Writing
 
+/**
+ * What a value that should be a typed array is, for messages: a Proxy of one (or an object made
+ * from its prototype) passes instanceof but is no view of a buffer, and its reads throw.
+ */
+function viewName(x: unknown): string {
+  const kind = typeName(x);
+  return ArrayBuffer.isView(x) || typeof x !== "object" || x === null
+    ? kind
+    : x instanceof Object && Object.getPrototypeOf(x) !== Object.prototype && kind !== "Array"
+    ? `an object with ${kind}'s prototype that is no view of a buffer (a Proxy?)`
+    : kind;
+}
+
 function defaultDType(data: unknown, where: string): SafetensorsWriteDType {
+  if (!ArrayBuffer.isView(data)) {
+    throw new TypeError(
+      `${where}.data must be a Float64Array, Float32Array or Int32Array: got ${viewName(data)}`,
+    );
+  }
   if (data instanceof Float64Array) return "F64";
   if (data instanceof Float32Array) return "F32";
   if (data instanceof Int32Array) return "I32";
@@ -386,14 +411,21 @@ export function writeSafetensors(
   if (typeof metadata !== "object" || metadata === null || Array.isArray(metadata)) {
     throw new TypeError(`metadata must be an object: got ${typeName(metadata)}`);
   }
-  for (const [k, v] of Object.entries(metadata)) {
+  // every field is read once, into a snapshot that is checked and then written: a getter or a
+  // Proxy that answers differently the second time cannot get past the checks
+  const meta = Object.entries(metadata);
+  for (const [k, v] of meta) {
     if (typeof v !== "string") {
       throw new TypeError(`metadata["${k}"] must be a string: got ${typeName(v)}`);
     }
   }
   const header: Record<string, unknown> = {};
-  if (Object.keys(metadata).length > 0) header[METADATA_KEY] = { ...metadata };
-  const plan: { t: SafetensorsInput; dtype: SafetensorsWriteDType; b: number }[] = [];
+  if (meta.length > 0) header[METADATA_KEY] = Object.fromEntries(meta);
+  const plan: {
+    data: Float64Array | Float32Array | Int32Array;
+    dtype: SafetensorsWriteDType;
+    b: number;
+  }[] = [];
   let offset = 0;
   for (const [name, t] of list) {
     if (typeof name !== "string" || name.length === 0 || name === METADATA_KEY) {
@@ -407,14 +439,20 @@ export function writeSafetensors(
     if (typeof t !== "object" || t === null) {
       throw new TypeError(`${where} must be an object: got ${typeName(t)}`);
     }
-    const dtype = t.dtype ?? defaultDType(t.data, where);
-    defaultDType(t.data, where);
+    const { data, dtype: given, shape: givenShape } = t;
+    const natural = defaultDType(data, where);
+    if (given === null) {
+      throw new TypeError(
+        `${where}.dtype must be one of ${WRITE_DTYPES.join(", ")} or left out: got null`,
+      );
+    }
+    const dtype = given ?? natural;
     if (!WRITE_DTYPES.includes(dtype)) {
       throw new TypeError(
         `${where}.dtype must be one of ${WRITE_DTYPES.join(", ")}: got ${String(dtype)}`,
       );
     }
-    const isInt = t.data instanceof Int32Array;
+    const isInt = data instanceof Int32Array;
     if (isInt !== (dtype === "I32")) {
       throw new TypeError(
         `${where}.dtype must be ${
@@ -423,18 +461,19 @@ export function writeSafetensors(
           `got ${dtype}`,
       );
     }
-    const shape = checkShape(where, t.shape);
+    // a copy of the shape's entries, checked as they are kept
+    const shape = checkShape(where, Array.isArray(givenShape) ? [...givenShape] : givenShape);
     const size = shape.reduce((a, d) => a * d, 1);
-    if (size !== t.data.length) {
+    if (size !== data.length) {
       throw new RangeError(
         `${where}.data length must equal the size ${size} of shape [${
           shape.join(", ")
-        }]: got ${t.data.length}`,
+        }]: got ${data.length}`,
       );
     }
     const bytes = size * BYTES[dtype];
-    header[name] = { dtype, shape: [...shape], data_offsets: [offset, offset + bytes] };
-    plan.push({ t, dtype, b: offset });
+    header[name] = { dtype, shape, data_offsets: [offset, offset + bytes] };
+    plan.push({ data, dtype, b: offset });
     offset += bytes;
   }
   let json = new TextEncoder().encode(JSON.stringify(header));
@@ -448,9 +487,8 @@ export function writeSafetensors(
   new DataView(out.buffer).setBigUint64(0, BigInt(json.length), true);
   out.set(json, 8);
   const base = 8 + json.length;
-  for (const { t, dtype, b } of plan) {
-    const len = t.data.length * BYTES[dtype];
-    encode(dtype, t.data, new DataView(out.buffer, base + b, len));
+  for (const { data, dtype, b } of plan) {
+    encode(dtype, data, new DataView(out.buffer, base + b, data.length * BYTES[dtype]));
   }
   return out;
 }

@@ -392,3 +392,70 @@ Deno.test("writer rejects bad tensors and metadata with named errors", () => {
     },
   );
 });
+
+Deno.test("a deeply nested header is scanned in linear time, and its duplicate keys still found", () => {
+  // 40,000 nested brackets: the duplicate-key scan once copied a path per bracket (9 s here)
+  const d = 20000;
+  const deep = `{"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8],"x":${"[".repeat(d)}${
+    "]".repeat(d)
+  }}}`;
+  const t0 = performance.now();
+  assert.deepEqual([...readSafetensors(craft(deep, new Uint8Array(8))).tensors.keys()], ["w"]);
+  const ms = performance.now() - t0;
+  assert.ok(ms < 2000, `a 40 KB header took ${ms.toFixed(0)} ms`);
+  assertUnreadable([
+    `{"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8],"x":[[{"a":1,"a":2}]]}}`,
+    8,
+    new RangeError('tensor "w".x[][] must not repeat a key: got "a" twice'),
+  ]);
+});
+
+Deno.test("the writer checks and writes one snapshot of each field: getters and Proxies cannot change it", () => {
+  let reads = 0;
+  const flipping = {
+    shape: [2],
+    get data() {
+      return reads++ === 0 ? Float64Array.of(1, 2) : Float64Array.of(7);
+    },
+  };
+  const out = readSafetensors(writeSafetensors({ w: flipping }));
+  assert.deepEqual([...out.tensors.get("w")!.data], [1, 2]);
+  let n = 0;
+  const meta = {
+    get a() {
+      return n++ === 0 ? "x" : 42;
+    },
+  } as unknown as Record<string, string>;
+  assert.deepEqual(readSafetensors(writeSafetensors({}, meta)).metadata, { a: "x" });
+  const shape = new Proxy([2], {
+    get: (t, k) => (k === "0" && n++ > 3 ? -5 : Reflect.get(t, k)),
+  });
+  assert.deepEqual(
+    readSafetensors(writeSafetensors({ w: { data: Float64Array.of(1, 2), shape } })).tensors
+      .get("w")!.shape,
+    [2],
+  );
+  assert.throws(
+    () => writeSafetensors({ w: { data: new Proxy(Float64Array.of(1), {}), shape: [1] } }),
+    {
+      name: "TypeError",
+      message:
+        /^tensors\["w"\]\.data must be a Float64Array, .*: got an object with Float64Array's prototype that is no view of a buffer/,
+    },
+  );
+  assert.throws(
+    () =>
+      writeSafetensors({
+        w: { data: Float64Array.of(1), shape: [1], dtype: null as unknown as "F64" },
+      }),
+    {
+      name: "TypeError",
+      message: 'tensors["w"].dtype must be one of F64, F32, F16, BF16, I32 or left out: got null',
+    },
+  );
+  const file = writeSafetensors({ w: { data: Float64Array.of(1), shape: [1] } });
+  assert.throws(() => readSafetensors(new Proxy(file, {})), {
+    name: "TypeError",
+    message: /^bytes must be a Uint8Array: got an object with Uint8Array's prototype/,
+  });
+});
