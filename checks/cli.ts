@@ -132,6 +132,20 @@ function checkModeFlags(values: Record<string, unknown>): void {
 /** Throws unless the directory a result is to be written into exists, before any work is done. */
 function checkWritable(path: string | undefined, flag: string): void {
   if (path === undefined) return;
+  // refused before the run, not after its minutes: an empty path, a directory, a trailing slash
+  let existing: Deno.FileInfo | undefined;
+  try {
+    existing = Deno.statSync(path);
+  } catch {
+    existing = undefined;
+  }
+  if (path === "" || path.endsWith("/") || existing?.isDirectory) {
+    throw new UsageError(
+      `${flag} must name a file in an existing directory: got ${
+        path === "" ? "an empty path" : `${path}, a directory`
+      }`,
+    );
+  }
   const slash = path.lastIndexOf("/");
   const dir = slash < 0 ? "." : slash === 0 ? "/" : path.slice(0, slash);
   let isDirectory = false;
@@ -295,6 +309,9 @@ async function main(args: string[]): Promise<number> {
   checkModeFlags(values);
   checkWritable(values.json, "--json");
   checkWritable(values.svg, "--svg");
+  if (values.json !== undefined && values.json === values.svg) {
+    throw new UsageError(`--json and --svg must name two files: got ${values.json} for both`);
+  }
   if (values.format !== "text" && values.format !== "markdown") {
     throw new UsageError(`--format must be text or markdown: got ${values.format}`);
   }
@@ -492,10 +509,21 @@ async function candidateMain(path: string, o: {
   }
   const map = o.map === undefined ? undefined : await readMap(o.map);
   if (isLayerCandidate(file, map)) {
-    for (const [flag, value] of [["--svg", o.svg], ["--chunk-size", o.chunkSize]] as const) {
+    const chunked = "places the op's errors by chunk";
+    for (
+      const [flag, value, does] of [
+        ["--svg", o.svg, chunked],
+        ["--chunk-size", o.chunkSize, chunked],
+        [
+          "--format",
+          o.format === "markdown" ? o.format : undefined,
+          "sets how the op's tables print",
+        ],
+      ] as const
+    ) {
       if (value !== undefined) {
         throw new UsageError(
-          `${flag} places the op's errors by chunk and has no effect on a layer candidate: got ${flag} ${value}`,
+          `${flag} ${does} and has no effect on a layer candidate: got ${flag} ${value}`,
         );
       }
     }
@@ -518,7 +546,10 @@ async function candidateMain(path: string, o: {
     printUnused(report.unused);
     if (report.diagnosis) console.log(`diagnosis: ${report.diagnosis}`);
     console.log(report.ok ? "CANDIDATE AGREES" : "CANDIDATE DISAGREES");
-    if (o.json) await Deno.writeTextFile(o.json, `${JSON.stringify(report, null, 2)}\n`);
+    if (o.json !== undefined) {
+      await Deno.writeTextFile(o.json, `${JSON.stringify(report, null, 2)}\n`);
+      console.error(`prove: wrote ${o.json}`);
+    }
     return report.ok ? 0 : 1;
   }
   if (o.map !== undefined) {

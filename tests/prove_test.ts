@@ -480,6 +480,27 @@ Deno.test("deno task prove --help lists the flags and exit codes, and a bad flag
       ["--json", "/no-such-dir-kda/x.json"],
       /^prove: --json must name a file in an existing directory: got \/no-such-dir-kda\/x\.json$/m,
     ],
+    // a directory, an empty path or two outputs on one file: refused before the run, not after it
+    [
+      ["--json", "tests"],
+      /^prove: --json must name a file in an existing directory: got tests, a directory$/m,
+    ],
+    [["--json="], /^prove: --json must name a file .*: got an empty path$/m],
+    [
+      [
+        "--candidate",
+        "tests/fixtures/fla_chunk_kda_bf16.safetensors",
+        "--json",
+        "tests/x.out",
+        "--svg",
+        "tests/x.out",
+      ],
+      /^prove: --json and --svg must name two files: got tests\/x\.out for both$/m,
+    ],
+    [
+      ["--candidate", "tests/fixtures/fla_kimi_layer.safetensors", "--format", "markdown"],
+      /^prove: --format sets how the op's tables print and has no effect on a layer candidate/m,
+    ],
   ];
   for (const [args, re] of refusals) {
     const out = await run(args);
