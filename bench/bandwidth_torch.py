@@ -26,7 +26,7 @@ def main() -> None:
     name = torch.cuda.get_device_name()
     runs = {
         "copy": (lambda: dst.copy_(src), 2 * n * 4),
-        "read": (lambda: torch.sum(src, out=out), n * 4),
+        "read": (lambda: torch.sum(src, dim=0, out=out), n * 4),
         "write": (lambda: dst.fill_(1.0), n * 4),
     }
     for label, (fn, moved) in runs.items():
