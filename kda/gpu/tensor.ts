@@ -113,7 +113,7 @@ export class DeviceTensor implements GpuTensor {
   /** The buffer; reading it after {@linkcode DeviceTensor.release} throws. */
   get buffer(): GPUBuffer {
     if (this.#buffer === null) {
-      throw new Error("This DeviceTensor was released: its buffer is gone");
+      throw new TypeError("This DeviceTensor was released: its buffer is gone");
     }
     return this.#buffer;
   }
