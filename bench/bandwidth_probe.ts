@@ -17,6 +17,8 @@ import { spanTimer } from "./_span.ts";
 
 const mib = Number(Deno.args[0] ?? 1024), REP = Number(Deno.args[1] ?? 20);
 const UNROLL = Number(Deno.env.get("UNROLL") ?? 4);
+/** Wall time of warm-up runs before each kernel's timed one, in ms. */
+const WARM_MS = 300;
 if (!Number.isSafeInteger(mib) || mib < 1) {
   throw new RangeError(`Invalid MIB: expected a positive integer, got ${Deno.args[0]}`);
 }
@@ -146,7 +148,10 @@ for (const [name, code] of Object.entries(kernels)) {
   const clear = device.createCommandEncoder();
   clear.clearBuffer(dst);
   device.queue.submit([clear.finish()]);
-  await run(2);
+  // runs of REP dispatches until WARM_MS of wall have passed: a GPU left idle runs its memory at
+  // a lower clock, and 20 dispatches over 1 GiB take 15 ms, too short to leave it (the first
+  // call of the twenty-second pass read 1.83 TB/s there, 3.13 once torch had run first)
+  for (const t0 = performance.now(); performance.now() - t0 < WARM_MS;) await run(REP);
   const per = (await run(REP)) / REP;
   const byWall = (await wall(REP) - await wall(1)) / (REP - 1);
   const error = await device.popErrorScope();
