@@ -128,7 +128,8 @@ function checkShape(where: string, shape: unknown): number[] {
       `${where}.shape must be an array of non-negative integers: got ${JSON.stringify(shape)}`,
     );
   }
-  return shape;
+  // -0 passes as 0 and is kept as 0, so that a shape reads back as it was written
+  return shape.map((d) => d + 0);
 }
 
 /** Fills `out` with `at(i)` for every index; the dtypes differ only in how one element is read. */

@@ -459,3 +459,14 @@ Deno.test("the writer checks and writes one snapshot of each field: getters and 
     message: /^bytes must be a Uint8Array: got an object with Uint8Array's prototype/,
   });
 });
+
+Deno.test("a shape entry of -0 reads as 0, as the writer writes it", () => {
+  const bytes = craft(
+    '{"x":{"dtype":"F32","shape":[-0,2],"data_offsets":[0,0]}}',
+    new Uint8Array(0),
+  );
+  const shape = readSafetensors(bytes).tensors.get("x")!.shape;
+  assert.ok(Object.is(shape[0], 0), `got ${Object.is(shape[0], -0) ? "-0" : shape[0]}`);
+  const again = readSafetensors(writeSafetensors({ x: { data: new Float32Array(0), shape } }));
+  assert.deepEqual(again.tensors.get("x")!.shape, shape);
+});
