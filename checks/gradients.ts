@@ -379,6 +379,9 @@ export async function proveGradients(
     "probeAllUpTo",
   ]);
   const seed = options.seed ?? 0;
+  if (!Number.isSafeInteger(seed) || !Number.isSafeInteger(seed * 1000)) {
+    throw new RangeError(`options.seed must be an integer: got ${shown(seed)}`);
+  }
   const dirTol = options.directionalTol ?? 1e-10;
   const fdTol = options.fdTol ?? FD_TOL;
   const probeAllUpTo = options.probeAllUpTo ?? 128;

@@ -98,6 +98,10 @@ Deno.test("proveGradients() refuses an option it does not take and names a missi
     () => proveGradients(subject, { fdtol: 1e9 } as unknown as { fdTol: number }),
     { name: "TypeError", message: /^options\.fdtol is not a known field: .*did you mean fdTol\?/ },
   );
+  await assert.rejects(() => proveGradients(subject, { seed: 0.5 }), {
+    name: "RangeError",
+    message: "options.seed must be an integer: got 0.5",
+  });
   await assert.rejects(
     () => proveGradients(null as unknown as typeof subject),
     {
