@@ -79,6 +79,12 @@ export function formatAgreement(x: Agreement): string {
  *
  * @param dtype "f64" or "f32".
  * @returns 2^-52 or 2^-23.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { epsilonOf } from "./compare.ts";
+ * assert.equal(epsilonOf("f32"), 2 ** -23);
+ * ```
  */
 export function epsilonOf(dtype: "f64" | "f32"): number {
   if (dtype === "f64") return Number.EPSILON;
@@ -152,7 +158,7 @@ export interface CoordinateProbe {
   floor: [number, number];
   /**
    * `min(rel(h), rel(h/10))` over the steps whose floor the derivative clears; NaN if none, or if
-   * the difference at one of them is NaN.
+   * the difference at either step is NaN.
    */
   rel: number;
   /** Whether `|grad|` clears the floor at one step at least. */
@@ -183,8 +189,8 @@ export async function probeCoordinate(
 ): Promise<CoordinateProbe> {
   const fd: [number, number] = [0, 0];
   const floor: [number, number] = [0, 0];
-  // a NaN difference at any step the derivative clears makes the probe NaN (it fails): taking the
-  // smaller of the two would let the other step's agreement hide it
+  // a NaN difference at either step makes the probe NaN (it fails): taking the smaller of the two
+  // errors would let the other step's agreement hide it
   let rel = NaN, resolved = false, nan = false;
   for (const [i, step] of [h, h / 10].entries()) {
     const plus = await lossAt(step);
@@ -192,12 +198,14 @@ export async function probeCoordinate(
     const [lp, sp] = typeof plus === "number" ? [plus, step] : [plus.loss, plus.step];
     const [lm, sm] = typeof minus === "number" ? [minus, -step] : [minus.loss, minus.step];
     fd[i] = (lp - lm) / (sp - sm);
+    // a NaN difference fails the probe at either step, judged or not: a loss that is NaN a step
+    // away is no loss to differentiate
+    if (Number.isNaN(fd[i])) nan = true;
     floor[i] = resolvableFloor(eps, lossScale, step);
     if (Math.abs(grad) >= floor[i]) {
       resolved = true;
       const r = Math.abs(fd[i] - grad) / Math.abs(grad);
-      if (Number.isNaN(r)) nan = true;
-      else rel = Number.isNaN(rel) ? r : Math.min(rel, r);
+      if (!Number.isNaN(r)) rel = Number.isNaN(rel) ? r : Math.min(rel, r);
     }
   }
   return { index, grad, fd, floor, rel: nan ? NaN : rel, resolved };

@@ -389,6 +389,9 @@ export async function proveGradients(
     throw new RangeError(`options.probeAllUpTo must be a positive integer: got ${probeAllUpTo}`);
   }
   const { loss, grads } = await lossAndGrads(subject);
+  if (!Number.isFinite(loss)) {
+    throw new RangeError(`subject.loss must return a finite value: got ${loss}`);
+  }
   const again = await lossAndGrads(subject);
   const reproducible = [...grads].every(([name, g]) => sameBits(g, again.grads.get(name)!));
   const lossScale = Math.max(Math.abs(loss), Number.MIN_VALUE);

@@ -197,17 +197,20 @@ export function readSafetensors(bytes: Uint8Array): SafetensorsFile {
   if (!(bytes instanceof Uint8Array) || !ArrayBuffer.isView(bytes)) {
     throw new TypeError(`bytes must be a Uint8Array: got ${viewName(bytes)}`);
   }
-  if (bytes.length < 8) {
+  // a plain view of the bytes, by the array's own offset and length: a subclass may define getters
+  // of its own for them, and what is checked below must be what is read
+  const file = new Uint8Array(bytes.buffer, typedOffset.call(bytes), typedLength.call(bytes));
+  if (file.length < 8) {
     throw new RangeError(
-      `bytes must hold at least the 8-byte header length: got ${bytes.length} bytes`,
+      `bytes must hold at least the 8-byte header length: got ${file.length} bytes`,
     );
   }
-  const lenView = new DataView(bytes.buffer, bytes.byteOffset, 8);
+  const lenView = new DataView(file.buffer, file.byteOffset, 8);
   const n = lenView.getBigUint64(0, true);
-  if (n > BigInt(bytes.length - 8)) {
+  if (n > BigInt(file.length - 8)) {
     throw new RangeError(
       `header length must be at most the ${
-        bytes.length - 8
+        file.length - 8
       } bytes after the 8-byte prefix: got ${n}`,
     );
   }
@@ -217,7 +220,7 @@ export function readSafetensors(bytes: Uint8Array): SafetensorsFile {
     // ignoreBOM keeps a leading byte-order mark in the text (the default drops it in silence),
     // so that it is refused below, as the format's reference reader refuses it.
     text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(
-      bytes.subarray(8, headerEnd),
+      file.subarray(8, headerEnd),
     );
   } catch {
     throw new TypeError(`header must be UTF-8 text: got invalid bytes`);
@@ -251,7 +254,7 @@ export function readSafetensors(bytes: Uint8Array): SafetensorsFile {
     b: number;
     e: number;
   }[] = [];
-  const dataLength = bytes.length - headerEnd;
+  const dataLength = file.length - headerEnd;
   for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
     if (name === METADATA_KEY) {
       if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
@@ -316,7 +319,7 @@ export function readSafetensors(bytes: Uint8Array): SafetensorsFile {
     const count = shape.reduce((a, d) => a * d, 1);
     const data = decode(
       dtype,
-      bytes.subarray(headerEnd + b, headerEnd + e),
+      file.subarray(headerEnd + b, headerEnd + e),
       count,
       `tensor "${name}"`,
     );
@@ -355,12 +358,17 @@ function defaultDType(data: unknown, where: string): SafetensorsWriteDType {
   );
 }
 
+/** A typed array's own length and byte offset: a subclass may define getters of its own. */
+const [typedLength, typedOffset] = ["length", "byteOffset"].map((name) =>
+  Object.getOwnPropertyDescriptor(Object.getPrototypeOf(Int8Array.prototype), name)!.get!
+);
+
 function encode(
   dtype: SafetensorsWriteDType,
   data: Float64Array | Float32Array | Int32Array,
+  n: number,
   out: DataView,
 ): void {
-  const n = data.length;
   switch (dtype) {
     case "F64":
       for (let i = 0; i < n; i++) out.setFloat64(8 * i, data[i], true);
@@ -424,6 +432,7 @@ export function writeSafetensors(
   if (meta.length > 0) header[METADATA_KEY] = Object.fromEntries(meta);
   const plan: {
     data: Float64Array | Float32Array | Int32Array;
+    length: number;
     dtype: SafetensorsWriteDType;
     b: number;
   }[] = [];
@@ -465,16 +474,17 @@ export function writeSafetensors(
     // a copy of the shape's entries, checked as they are kept
     const shape = checkShape(where, Array.isArray(givenShape) ? [...givenShape] : givenShape);
     const size = shape.reduce((a, d) => a * d, 1);
-    if (size !== data.length) {
+    const length: number = typedLength.call(data);
+    if (size !== length) {
       throw new RangeError(
         `${where}.data length must equal the size ${size} of shape [${
           shape.join(", ")
-        }]: got ${data.length}`,
+        }]: got ${length}`,
       );
     }
     const bytes = size * BYTES[dtype];
     header[name] = { dtype, shape, data_offsets: [offset, offset + bytes] };
-    plan.push({ data, dtype, b: offset });
+    plan.push({ data, length, dtype, b: offset });
     offset += bytes;
   }
   let json = new TextEncoder().encode(JSON.stringify(header));
@@ -488,8 +498,8 @@ export function writeSafetensors(
   new DataView(out.buffer).setBigUint64(0, BigInt(json.length), true);
   out.set(json, 8);
   const base = 8 + json.length;
-  for (const { data, dtype, b } of plan) {
-    encode(dtype, data, new DataView(out.buffer, base + b, data.length * BYTES[dtype]));
+  for (const { data, length, dtype, b } of plan) {
+    encode(dtype, data, length, new DataView(out.buffer, base + b, length * BYTES[dtype]));
   }
   return out;
 }

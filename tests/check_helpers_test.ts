@@ -13,6 +13,7 @@ import {
   proveGradients,
   sameBits,
 } from "../checks/mod.ts";
+import { add, constant, sum, type Tensor } from "../tape/mod.ts";
 
 Deno.test("a central difference that is NaN at one step fails the row, whichever step it is", async () => {
   // the loss is exact (2·d) at one step and NaN at the other: the agreeing step must not hide it
@@ -24,6 +25,14 @@ Deno.test("a central difference that is NaN at one step fails the row, whichever
     assert.equal(row.ok, false, `NaN at ${nanAtH ? "h" : "h/10"}`);
     assert.ok(Number.isNaN(row.rel), `NaN at ${nanAtH ? "h" : "h/10"}: rel ${row.rel}`);
   }
+  // NaN at the step that is not judged (the derivative is below its floor there) fails as well
+  const calls: number[] = [];
+  const unjudged = await fdRow("w", [10, 10], [2, 2], (_i, d) => {
+    calls.push(d);
+    return Promise.resolve(calls.length <= 2 ? 2 * d : NaN);
+  }, { dtype: "f64", lossScale: 2.4e13, tol: 1e-6, probes: 1 });
+  assert.equal(unjudged.ok, false);
+  assert.ok(Number.isNaN(unjudged.probes[0].rel), JSON.stringify(unjudged.probes[0]));
   // and the same loss without NaN passes: the row can hold
   const good = await fdRow("w", [1, 1], [2, 2], (_i, d) => Promise.resolve(2 * d), {
     dtype: "f64",
@@ -98,6 +107,14 @@ Deno.test("proveGradients() refuses an option it does not take and names a missi
     () => proveGradients(subject, { fdtol: 1e9 } as unknown as { fdTol: number }),
     { name: "TypeError", message: /^options\.fdtol is not a known field: .*did you mean fdTol\?/ },
   );
+  const nanLoss = {
+    parameters: new Map([["w", { data: Float64Array.of(1, 2), shape: [2] }]]),
+    loss: (p: Map<string, Tensor>) => add(sum(p.get("w")!, 0), constant("f64", [NaN], [])),
+  };
+  await assert.rejects(() => proveGradients(nanLoss), {
+    name: "RangeError",
+    message: "subject.loss must return a finite value: got NaN",
+  });
   await assert.rejects(() => proveGradients(subject, { seed: 0.5 }), {
     name: "RangeError",
     message: "options.seed must be an integer: got 0.5",

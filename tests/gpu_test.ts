@@ -535,7 +535,7 @@ gpuTest("the buffer-limit reason says what fits instead of a larger chunk size",
   const reason = gpuUnsupportedReason(long, 64) ?? "";
   console.log(`  ${reason}`);
   assert.doesNotMatch(reason, /larger chunk size/);
-  const m1 = reason.match(/longest sequence that fits is T=(\d+)/);
+  const m1 = reason.match(/at B=1 a sequence of T=(\d+) fits/);
   assert.ok(m1 !== null, reason);
   const fitT = Number(m1[1]);
   assert.equal(gpuUnsupportedReason({ ...long, B: 1, T: fitT }, 64), null);

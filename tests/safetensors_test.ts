@@ -453,7 +453,32 @@ Deno.test("the writer checks and writes one snapshot of each field: getters and 
       message: 'tensors["w"].dtype must be one of F64, F32, F16, BF16, I32 or left out: got null',
     },
   );
+  // a subclass whose length getter answers differently each time: its own length is what counts
+  class Flip extends Float64Array {
+    n = 0;
+    override get length() {
+      return this.n++ === 0 ? 2 : 1;
+    }
+  }
+  const flip = new Flip(2);
+  flip.set([5, 6]);
+  assert.deepEqual(
+    [
+      ...readSafetensors(writeSafetensors({ w: { data: flip, shape: [2] } })).tensors.get("w")!
+        .data,
+    ],
+    [5, 6],
+  );
   const file = writeSafetensors({ w: { data: Float64Array.of(1), shape: [1] } });
+  // the reader reads the array's own bytes, whatever a subclass's getters say
+  class Lying extends Uint8Array {
+    override get length() {
+      return 3;
+    }
+  }
+  const lying = new Lying(file.length);
+  lying.set(file);
+  assert.deepEqual([...readSafetensors(lying).tensors.get("w")!.data], [1]);
   assert.throws(() => readSafetensors(new Proxy(file, {})), {
     name: "TypeError",
     message: /^bytes must be a Uint8Array: got an object with Uint8Array's prototype/,

@@ -467,7 +467,12 @@ function fits(
   return overLimit(set, makePlan(set, shape, C), limits) === null;
 }
 
-/** The largest n in [1, hi] with ok(n), or 0 (ok is monotone: true up to some n). */
+/**
+ * An n in [1, hi] with ok(n), found by bisection, or 0 when ok(1) fails. Where ok is monotone (true
+ * up to some n) it is the largest; where it is not (whether a split-set call fits can flip as T
+ * grows, since its slices change with T), it is one n that fits, not the largest, and the advice
+ * says no more than that.
+ */
 function largest(hi: number, ok: (n: number) => boolean): number {
   if (!ok(1)) return 0;
   let lo = 1;
@@ -522,7 +527,7 @@ export function limitProblem(set: KernelSet, plan: Plan, limits: SetLimits): str
     const none = cuSeqlens ? "the packed batch does not fit" : `no batch fits at T=${T}`;
     advice.push(
       maxT > 0
-        ? `${none}; at B=1 the longest sequence that fits is T=${maxT}`
+        ? `${none}; at B=1 a sequence of T=${maxT} fits`
         : `not even B=1, T=1 fits at ${headsText}, K=${K}, V=${V}`,
     );
   }
