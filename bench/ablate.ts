@@ -102,8 +102,11 @@ async function timeOnce(
 const DEFAULT_SHAPE = [4, 4096, 16, 128, 64];
 const SOFTWARE_SHAPE = [1, 512, 2, 64, 64];
 
-/** The arguments, checked: B T H K C (or none), --runs, --kernels, --sections. */
-function parseArgs(software: boolean) {
+/**
+ * The arguments, checked before the GPU is opened: B T H K C (or none: the shape is then null, and
+ * the default follows the adapter), --runs, --kernels, --sections.
+ */
+function parseArgs() {
   const flags = Deno.args.filter((a) => a.startsWith("--"));
   // "--sections=" (empty: the stages whole, nothing removed) is this script's one empty value
   checkBenchArgs("bench:ablate", flags.filter((a) => a !== "--sections="), {
@@ -124,11 +127,7 @@ function parseArgs(software: boolean) {
         `Invalid shape: expected B T H K C as five positive integers, got ${nums.join(" ")}`,
       );
     }
-    const [B, T, H, K, C] = nums.length === 5
-      ? nums.map(Number)
-      : software
-      ? SOFTWARE_SHAPE
-      : DEFAULT_SHAPE;
+    const C = nums.length === 5 ? Number(nums[4]) : DEFAULT_SHAPE[4];
     if (!(CHUNK_SIZES as readonly number[]).includes(C)) {
       throw new RangeError(`Invalid C: expected one of ${CHUNK_SIZES.join(", ")}, got ${C}`);
     }
@@ -145,21 +144,20 @@ function parseArgs(software: boolean) {
       }
     }
     return {
-      dims: { B, T, H, K, V: K },
-      C: C as ChunkSize,
+      shape: nums.length === 5 ? nums.map(Number) : null,
       runs: Number(flag("runs") ?? 8),
       set,
       sections: only ?? sections,
-      defaulted: nums.length === 0,
     };
   });
 }
 
 async function main(): Promise<void> {
+  const { shape, runs, set, sections } = parseArgs();
   const { info } = await getContext();
-  const { dims, C, runs, set, sections, defaulted } = parseArgs(info.software);
-  const { B, T, H, K } = dims;
-  if (defaulted && info.software) {
+  const [B, T, H, K, C] = shape ?? (info.software ? SOFTWARE_SHAPE : DEFAULT_SHAPE);
+  const dims = { B, T, H, K, V: K };
+  if (shape === null && info.software) {
     console.error(
       `bench:ablate: a software adapter (${info.description}): the default shape is ` +
         `${SOFTWARE_SHAPE.join(" ")} (B T H K C), whose times say nothing of a card's`,
@@ -174,7 +172,7 @@ async function main(): Promise<void> {
       ? null
       : (code, name) => name === set.name ? ablate(code, section) : code;
     destroyDeviceForTests();
-    const { names, ms } = await timeOnce(set, timed, C, runs);
+    const { names, ms } = await timeOnce(set, timed, C as ChunkSize, runs);
     if (section === "(none)") full = ms, stages = names;
     const saved = ms.map((m, i) => full[i] - m);
     rows.push({ section, ms, savedMs: saved });

@@ -19,6 +19,7 @@
  */
 
 import { parseArgs } from "node:util";
+import { resolve } from "node:path";
 import { computeDtypeOf } from "../base/dtype.ts";
 import type { Arm, Float } from "../kda/_types.ts";
 import { type KdaConfig, type KimiConfigInput, resolveConfig } from "../kda/layer/config.ts";
@@ -140,11 +141,12 @@ function checkWritable(path: string | undefined, flag: string): void {
     existing = undefined;
   }
   if (path === "" || path.endsWith("/") || existing?.isDirectory) {
-    throw new UsageError(
-      `${flag} must name a file in an existing directory: got ${
-        path === "" ? "an empty path" : `${path}, a directory`
-      }`,
-    );
+    const what = path === ""
+      ? "an empty path"
+      : existing?.isDirectory
+      ? `${path}, a directory`
+      : `${path}, which ends with /`;
+    throw new UsageError(`${flag} must name a file in an existing directory: got ${what}`);
   }
   const slash = path.lastIndexOf("/");
   const dir = slash < 0 ? "." : slash === 0 ? "/" : path.slice(0, slash);
@@ -309,8 +311,14 @@ async function main(args: string[]): Promise<number> {
   checkModeFlags(values);
   checkWritable(values.json, "--json");
   checkWritable(values.svg, "--svg");
-  if (values.json !== undefined && values.json === values.svg) {
-    throw new UsageError(`--json and --svg must name two files: got ${values.json} for both`);
+  if (
+    values.json !== undefined && values.svg !== undefined &&
+    resolve(values.json) === resolve(values.svg)
+  ) {
+    const both = values.json === values.svg
+      ? `${values.json} for both`
+      : `${values.json} and ${values.svg}, one file`;
+    throw new UsageError(`--json and --svg must name two files: got ${both}`);
   }
   if (values.format !== "text" && values.format !== "markdown") {
     throw new UsageError(`--format must be text or markdown: got ${values.format}`);

@@ -22,6 +22,13 @@ export function count(name: string, text: string): number {
  * @param name The flag, without its dashes.
  * @param text Its value.
  * @returns The count.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { positive } from "./_run.ts";
+ * assert.equal(positive("batch", "32"), 32);
+ * assert.throws(() => positive("batch", "0"), RangeError);
+ * ```
  */
 export function positive(name: string, text: string): number {
   const n = count(name, text);
@@ -30,13 +37,21 @@ export function positive(name: string, text: string): number {
 }
 
 /**
- * Whether this process may write the file `--out` names; checked before a run of minutes, so that a
- * path the task's permissions do not cover fails at once instead of after the training.
+ * Whether this process may write the file `--out` names, asked before a run of minutes (a prompt,
+ * where Deno may prompt, comes now), so that a path the run's permissions do not cover fails at
+ * once instead of after the training.
  *
  * @param out The path.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { checkOut } from "./_run.ts";
+ * // the doc tests run without write permission and without a prompt
+ * assert.throws(() => checkOut("examples/x.svg"), RangeError);
+ * ```
  */
 export function checkOut(out: string): void {
-  const state = Deno.permissions.querySync({ name: "write", path: out }).state;
+  const state = Deno.permissions.requestSync({ name: "write", path: out }).state;
   if (state !== "granted") {
     throw new RangeError(
       `--out must name a file this run may write (the example:* tasks allow examples/): got ${out}`,

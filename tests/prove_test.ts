@@ -498,6 +498,21 @@ Deno.test("deno task prove --help lists the flags and exit codes, and a bad flag
       /^prove: --json and --svg must name two files: got tests\/x\.out for both$/m,
     ],
     [
+      [
+        "--candidate",
+        "tests/fixtures/fla_chunk_kda_bf16.safetensors",
+        "--json",
+        "tests/x.out",
+        "--svg",
+        "tests/./x.out",
+      ],
+      /^prove: --json and --svg must name two files: got tests\/x\.out and tests\/\.\/x\.out, one file$/m,
+    ],
+    [
+      ["--json", "no-such-dir/"],
+      /^prove: --json must name a file .*: got no-such-dir\/, which ends with \/$/m,
+    ],
+    [
       ["--candidate", "tests/fixtures/fla_kimi_layer.safetensors", "--format", "markdown"],
       /^prove: --format sets how the op's tables print and has no effect on a layer candidate/m,
     ],

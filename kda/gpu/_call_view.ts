@@ -61,6 +61,18 @@ export function layoutFor(
  * The dims the set sees: grouped heads expanded and a packed batch padded where the glue does, and
  * the value heads and packed offsets it takes itself. The one view of a call: its limits are
  * checked on it (callProblem) and its job is planned on it, so the two cannot disagree.
+ *
+ * @param layout The call's layout on the set (layoutFor).
+ * @returns B, T and H as the set runs them, with HV and cuSeqlens where it takes them itself.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { layoutFor, viewDims } from "./_call_view.ts";
+ * import { kernelSet } from "./kernel_set.ts";
+ * import "./kernels/mod.ts";
+ * const layout = layoutFor(kernelSet("split"), { B: 1, T: 8, H: 1, HV: 4, K: 4, V: 4 });
+ * assert.deepEqual(viewDims(layout), { B: 1, T: 8, H: 1, HV: 4 });
+ * ```
  */
 export function viewDims(
   layout: Layout,
