@@ -491,3 +491,28 @@ Deno.test("shape, scale and limit reasons are sentences that name the value", ()
   assert.equal(at(fitB), null);
   assert.notEqual(at(fitB + 1), null);
 });
+
+Deno.test("a slice holds no more chunks than its per-slice buffers can bind, so a call the binding limit allows in two slices is not refused", () => {
+  const split = kernelSet("split");
+  // a software adapter's limits: 128 MiB a binding
+  const limits = {
+    maxStorageBufferBindingSize: 2 ** 27,
+    maxBufferSize: 2 ** 31,
+    maxComputeWorkgroupsPerDimension: 65535,
+  };
+  const shape = { B: 1, T: 4096, H: 16, K: 64, V: 1 };
+  // by the set's byte budget alone, one slice of 64 chunks: 135 MB of gradient scratch
+  const unbounded = makePlan(split, shape, 64);
+  assert.equal(unbounded.slices.length, 1);
+  assert.match(limitProblem(split, unbounded, limits) ?? "", /gradient scratch buffer needs/);
+  const bounded = makePlan(split, shape, 64, 2 ** 27);
+  assert.equal(bounded.slices.length, 2);
+  assert.equal(limitProblem(split, bounded, limits), null);
+  // every per-slice buffer binds
+  for (const b of split.buffers.filter((b) => b.perSlice === true)) {
+    assert.ok(bufferElements(b, bounded) * 4 <= 2 ** 27, b.name);
+  }
+  // and where the set's budget already fits, the bound changes nothing
+  const small = { B: 1, T: 1024, H: 4, K: 64, V: 64 };
+  assert.deepEqual(makePlan(split, small, 64, 2 ** 27).slices, makePlan(split, small, 64).slices);
+});

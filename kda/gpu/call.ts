@@ -7,7 +7,14 @@
 import type { ChunkSize, KdaGateGrads, KdaGrads, KdaProblem } from "../_types.ts";
 import { getContext, type GpuContext, readyContext } from "./device.ts";
 import { BufferSet, upload } from "./buffers.ts";
-import { bytesOf, limitProblem, makePlan, scaleProblem, shapeProblem } from "./layout.ts";
+import {
+  bytesOf,
+  limitProblem,
+  makePlan,
+  maxBindingOf,
+  scaleProblem,
+  shapeProblem,
+} from "./layout.ts";
 import {
   assertUsable,
   BackwardJob,
@@ -186,7 +193,8 @@ export function callProblem(
   if (own !== null) return `the kernel set ${set.name} cannot run this call: ${own}`;
   const layout = layoutFor(set, x);
   const view = { ...viewDims(layout), K: x.K, V: x.V };
-  const limit = limitProblem(set, makePlan(set, view, chunkSize), ctx.info.limits);
+  const limits = ctx.info.limits;
+  const limit = limitProblem(set, makePlan(set, view, chunkSize, maxBindingOf(limits)), limits);
   if (limit === null) return null;
   const { B, T, H } = view;
   // the caller's shape first: the padded or expanded one is the set's, not theirs

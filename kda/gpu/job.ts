@@ -14,6 +14,7 @@ import {
   bufferElements,
   bytesOf,
   makePlan,
+  maxBindingOf,
   packParams,
   paramWords,
   tableOffsets,
@@ -423,7 +424,7 @@ export class ForwardJob {
     },
   ): Promise<ForwardJob> {
     const compiled = await ctx.compiled(set);
-    const plan = makePlan(set, x, options.chunkSize);
+    const plan = makePlan(set, x, options.chunkSize, maxBindingOf(ctx.info.limits));
     const save = options.saveForBackward === true;
     const outputs = options.outputs !== false;
     const direction: DirectionDecl = {

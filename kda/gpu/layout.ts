@@ -153,6 +153,8 @@ function wgslSize(size: Size): string {
  * @param set The kernel set.
  * @param shape B, T, H, K, V (positive integers, K and V at most MAX_HEAD_DIM).
  * @param C The chunk size.
+ * @param maxBinding The device's bytes of one binding, when known: a slice then holds no more
+ *   chunks than its largest per-slice buffer can bind (the set's own budget may allow more).
  * @returns The plan.
  * @example
  * ```ts
@@ -165,6 +167,7 @@ export function makePlan(
   set: KernelSet,
   shape: KdaDims & { HV?: number; cuSeqlens?: Int32Array },
   C: ChunkSize,
+  maxBinding = Infinity,
 ): Plan {
   const { B, T, K, V } = shape;
   // the kernels run value heads; query/key heads differ only for a set that groups them itself
@@ -198,7 +201,17 @@ export function makePlan(
     dims: { B, T, H, HQ, G: H / HQ, K, V, C, N, NC, NCT, ...extra },
     extra,
   };
-  const budget = Math.max(1, Math.floor(set.sliceChunks?.(plan) ?? NCT));
+  // a slice's chunks: the set's budget, and no more than its largest per-slice buffer can bind
+  // (a software adapter binds 128 MiB: one slice of 64 chunks at T = 4096, H = 16, K = 64 needed
+  // 135 MB of gradient scratch, and the call was refused where two slices fit)
+  const perSliceChunk = Math.max(
+    0,
+    ...set.buffers.filter((b) => b.perSlice === true).map((b) =>
+      bytesOf(bufferElements(b, { ...plan, sliceChunks: 1, slices: [] }), b.dtype)
+    ),
+  );
+  const bindable = perSliceChunk > 0 ? Math.floor(maxBinding / perSliceChunk) : Infinity;
+  const budget = Math.max(1, Math.min(Math.floor(set.sliceChunks?.(plan) ?? NCT), bindable));
   // a sliced scan takes a slice in one dispatch: a slice spans no more of a sequence's chunks than
   // the set's longest scan range
   const slicedScan = set.backward?.stages.some((s) => s.scan === true && s.sliced === true);
@@ -439,7 +452,7 @@ function allStages(set: KernelSet) {
 const DEFAULT_AXES = ["chunks (or V tiles) per sequence", "heads", "batch entries"] as const;
 
 function overLimit(set: KernelSet, plan: Plan, limits: SetLimits): string | null {
-  const maxBinding = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
+  const maxBinding = maxBindingOf(limits);
   for (const buffer of set.buffers) {
     const bytes = bytesOf(bufferElements(buffer, plan), buffer.dtype);
     if (bytes > maxBinding) {
@@ -464,7 +477,26 @@ function fits(
   C: ChunkSize,
   limits: SetLimits,
 ): boolean {
-  return overLimit(set, makePlan(set, shape, C), limits) === null;
+  return overLimit(set, makePlan(set, shape, C, maxBindingOf(limits)), limits) === null;
+}
+
+/**
+ * The bytes one storage binding of a device holds: its binding limit, or its buffer limit where
+ * that is smaller.
+ *
+ * @param limits The device limits.
+ * @returns The bytes.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * const limits = { maxStorageBufferBindingSize: 1 << 27, maxBufferSize: 1 << 26 };
+ * assert.equal(maxBindingOf(limits), 1 << 26);
+ * ```
+ */
+export function maxBindingOf(
+  limits: Pick<SetLimits, "maxStorageBufferBindingSize" | "maxBufferSize">,
+): number {
+  return Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
 }
 
 /**
