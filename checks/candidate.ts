@@ -148,6 +148,35 @@ export function f32Floor(bar: number, ref: Float64Array): number {
   return Math.max(bar, MEASURED_BAR_FACTOR * agreement(ref.map(Math.fround), ref).rel);
 }
 
+/**
+ * A row's bar, refused where it cannot tell a result from zeros: zeros are off by 1 relative, so a
+ * bar of 1 or more (a reference past f32's range, whose f32 rounding is Infinity, or deep in its
+ * subnormals) would pass any result, and the file cannot be checked at that precision.
+ *
+ * @param name The tensor.
+ * @param bar Its bar.
+ * @param refMax The reference's `max|b|`.
+ * @param precision The precision the bar is of.
+ * @returns The bar, below 1.
+ * @example
+ * ```ts
+ * import assert from "node:assert/strict";
+ * import { checkableBar } from "./candidate.ts";
+ * assert.equal(checkableBar("o", 2e-6, 1, "f32"), 2e-6);
+ * assert.throws(() => checkableBar("o", Infinity, 5e89, "f32"), RangeError);
+ * ```
+ */
+export function checkableBar(name: string, bar: number, refMax: number, precision: string): number {
+  if (!(bar < 1)) {
+    throw new RangeError(
+      `candidate ${name} cannot be checked at ${precision}: its reference (max |${name}| ` +
+        `${refMax.toExponential(2)}) lies outside ${precision}'s normal range, so its bar would ` +
+        `be ${bar} and any result, zeros included, would pass`,
+    );
+  }
+  return bar;
+}
+
 interface Problem {
   B: number;
   N: number;
@@ -547,9 +576,14 @@ export async function checkCandidate(
       name === "o" || name === "ht" ? F32_BARS.outputs : F32_BARS.gradients,
       ref,
     );
-    const bar = attainable
-      ? Math.max(f32Bar, MEASURED_BAR_FACTOR * agreement(attainable.get(name)!, ref).rel)
-      : f32Bar;
+    const bar = checkableBar(
+      name,
+      attainable
+        ? Math.max(f32Bar, MEASURED_BAR_FACTOR * agreement(attainable.get(name)!, ref).rel)
+        : f32Bar,
+      ag.refMax,
+      precision,
+    );
     // A reference of zeros met by zeros checks nothing (a kernel that returns zeros passes);
     // met by anything else it is an error found (rel = Infinity).
     const checked = !(ag.refMax === 0 && ag.absDiff === 0);

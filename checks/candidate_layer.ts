@@ -24,7 +24,7 @@ import {
   type Precision,
   rounder,
 } from "./_candidate_file.ts";
-import { f32Floor, type UnusedTensor } from "./candidate.ts";
+import { checkableBar, f32Floor, type UnusedTensor } from "./candidate.ts";
 
 /** One group (or the output) against the reference. */
 export interface LayerCandidateRow {
@@ -282,13 +282,18 @@ export async function checkLayerCandidate(
     tableBar: number,
   ): LayerCandidateRow => {
     const f32Bar = f32Floor(tableBar, ref);
-    const bar = attainable
-      ? Math.max(
-        f32Bar,
-        MEASURED_BAR_FACTOR *
-          agreement(name === "y" ? attainable.y : attainable.grads.get(name)!, ref).rel,
-      )
-      : f32Bar;
+    const bar = checkableBar(
+      name,
+      attainable
+        ? Math.max(
+          f32Bar,
+          MEASURED_BAR_FACTOR *
+            agreement(name === "y" ? attainable.y : attainable.grads.get(name)!, ref).rel,
+        )
+        : f32Bar,
+      agreement(ref, ref).refMax,
+      choice.precision,
+    );
     if (got === undefined) {
       const refMax = agreement(ref, ref).refMax;
       return {

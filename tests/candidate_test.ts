@@ -219,6 +219,25 @@ Deno.test("a result whose reference is all zeros is marked unchecked, and a cand
   assert.deepEqual([found.checked, found.ok, found.agreement.rel], [true, false, Infinity]);
 });
 
+Deno.test("a result whose reference lies outside f32's range cannot be checked at f32: the file is refused, not passed", async () => {
+  // one token, q = k = v = 1e30: o = 5e89, past f32; its f32 rounding is Infinity, and a bar of
+  // Infinity passed a candidate of zeros
+  const one = (x: number): SafetensorsInput => ({ data: Float64Array.of(x), shape: [1, 1, 1, 1] });
+  const file = new Map<string, SafetensorsInput>([
+    ["q", one(1e30)],
+    ["k", one(1e30)],
+    ["v", one(1e30)],
+    ["g", one(0)],
+    ["beta", { data: Float64Array.of(0.5), shape: [1, 1, 1] }],
+    ["o", one(0)],
+  ]);
+  await assert.rejects(() => checkCandidate(readSafetensors(writeSafetensors(file))), {
+    name: "RangeError",
+    message:
+      /^candidate o cannot be checked at f32: its reference \(max \|o\| 5\.00e\+89\) lies outside f32's normal range, so its bar would be Infinity/,
+  });
+});
+
 Deno.test("a candidate without h0 or dht says in its report that each is taken as zeros", async () => {
   const spec = { ...SMALL, h0: false, dht: false, results: ["o", "dq"] };
   const report = await checkCandidate(roundTrip(await makeCandidate(spec)));
