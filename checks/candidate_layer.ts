@@ -224,12 +224,15 @@ export async function checkLayerCandidate(
     "x and the parameters",
     options.precision,
   );
+  // the file's shape itself, not only its element count: a gradient stored [in, out] where the
+  // parameter is [out, in] holds the same count in another order
   const sized = (n: string, a: Float64Array, size: number, shape: readonly number[]) => {
-    if (a.length !== size) {
+    const got = tensorOf(n)?.shape ?? [a.length];
+    if (a.length !== size || got.length !== shape.length || got.some((d, i) => d !== shape[i])) {
       throw new RangeError(
-        `candidate tensor ${fileName(n)} must have ${size} elements [${
-          shape.join(", ")
-        }]: got ${a.length}`,
+        `candidate tensor ${fileName(n)} must have shape [${shape.join(", ")}]: got [${
+          got.join(", ")
+        }]`,
       );
     }
     return a;

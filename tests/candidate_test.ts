@@ -312,7 +312,7 @@ Deno.test("a layer candidate's input gradient grad/x is checked where the file h
   file.set("grad/x", { data: dx.subarray(0, 8), shape: [8], dtype: "F32" });
   await assert.rejects(
     () => checkLayerCandidate(roundTrip(file), { precision: "f32" }),
-    /candidate tensor grad\/x must have 160 elements \[1, 20, 8\]: got 8/,
+    /candidate tensor grad\/x must have shape \[1, 20, 8\]: got \[8\]/,
   );
 });
 
@@ -327,6 +327,44 @@ Deno.test("a layer candidate missing grad/q_proj.weight gets a failing row named
   assert.equal(report.ok, false);
   assert.match(report.diagnosis ?? "", /grad\/q_proj\.weight/);
   assert.equal(report.rows.length, new KdaModule(LAYER_CONFIG).parameters().size);
+});
+
+Deno.test("a layer candidate's tensors must have their shapes, not only their element counts", async () => {
+  const config = { dModel: 8, heads: 2, keyDim: 4, valueDim: 4, decayRank: 2 };
+  const layer = new KdaModule(config);
+  const x = new Float64Array(1 * 4 * 8).fill(0.1);
+  const base = () => {
+    const file = new Map<string, SafetensorsInput>([
+      ["x", { data: x, shape: [1, 4, 8] }],
+      ["dy", { data: x, shape: [1, 4, 8] }],
+      ["y", { data: x, shape: [1, 4, 8] }],
+    ]);
+    for (const [name, p] of layer.parameters()) {
+      file.set(name, { data: p.data, shape: [...p.shape] });
+      file.set(`grad/${name}`, { data: p.data, shape: [...p.shape] });
+    }
+    return file;
+  };
+  const meta = { kda_config: JSON.stringify(config) };
+  // dy laid out [T, B, D], and a gradient stored transposed: the same counts, other shapes
+  const swapped = base();
+  swapped.set("dy", { data: x, shape: [4, 1, 8] });
+  await assert.rejects(
+    checkLayerCandidate(readSafetensors(writeSafetensors(swapped, meta)), { precision: "f32" }),
+    { name: "RangeError", message: "candidate tensor dy must have shape [1, 4, 8]: got [4, 1, 8]" },
+  );
+  const transposed = base();
+  const w = layer.parameters().get("decay.w_down.weight")!;
+  transposed.set("grad/decay.w_down.weight", { data: w.data, shape: [...w.shape].reverse() });
+  await assert.rejects(
+    checkLayerCandidate(readSafetensors(writeSafetensors(transposed, meta)), { precision: "f32" }),
+    {
+      name: "RangeError",
+      message: `candidate tensor grad/decay.w_down.weight must have shape [${
+        w.shape.join(", ")
+      }]: got [${[...w.shape].reverse().join(", ")}]`,
+    },
+  );
 });
 
 Deno.test("a layer candidate reports the tensors it does not use", async () => {
@@ -680,7 +718,7 @@ Deno.test("a layer candidate whose kda_config claims 16 heads of K = V = 256 ove
   try {
     await assert.rejects(checkLayerCandidate(readSafetensors(bytes), { precision: "f32" }), {
       name: "RangeError",
-      message: "candidate tensor q_proj.weight must have 32768 elements [4096, 8]: got 64",
+      message: "candidate tensor q_proj.weight must have shape [4096, 8]: got [8, 8]",
     });
   } finally {
     Math.expm1 = original;
