@@ -498,6 +498,12 @@ async function candidateMain(path: string, o: {
   }
   const file = readSafetensors(await readFileBytes(path, "--candidate"));
   const precision = o.precision as Precision | undefined;
+  const map = o.map === undefined ? undefined : await readMap(o.map);
+  if (o.compare !== undefined && isLayerCandidate(file, map)) {
+    throw new UsageError(
+      `--compare compares two op candidates' results and has no effect on a layer candidate: got --compare ${o.compare}`,
+    );
+  }
   if (o.compare !== undefined) {
     const other = readSafetensors(await readFileBytes(o.compare, "--compare"));
     const diffs = compareCandidates(file, other);
@@ -515,7 +521,6 @@ async function candidateMain(path: string, o: {
     );
     if (diffs.length > 0) return 1;
   }
-  const map = o.map === undefined ? undefined : await readMap(o.map);
   if (isLayerCandidate(file, map)) {
     const chunked = "places the op's errors by chunk";
     for (

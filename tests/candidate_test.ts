@@ -727,3 +727,15 @@ Deno.test("a layer candidate whose kda_config claims 16 heads of K = V = 256 ove
   assert.ok(elapsed < 1000, `the check took ${elapsed.toFixed(0)} ms to refuse the file`);
   assert.equal(draws, 0);
 });
+
+Deno.test("prove --compare is refused by name on a layer candidate, whose results it does not know", async () => {
+  const { file } = await layerCandidate();
+  const bytes = writeSafetensors(file);
+  // the second file is read only after the refusal, so any path shows it
+  const out = await cli(bytes, "--compare", "tests/fixtures/fla_chunk_kda_bf16.safetensors");
+  assert.equal(out.code, 2, out.stdout + out.stderr);
+  assert.match(
+    out.stderr,
+    /^prove: --compare compares two op candidates' results and has no effect on a layer candidate/m,
+  );
+});

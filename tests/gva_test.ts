@@ -9,7 +9,7 @@ import { bitsEqual, randomKda } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 import type { ComputeDType } from "../base/dtype.ts";
 import { gpuDiagnostics } from "../mod.ts";
-import { gpuUnsupportedReason } from "../kda/gpu/mod.ts";
+import { gpuStatus, gpuUnsupportedReason } from "../kda/gpu/mod.ts";
 
 reportMissingGpu("gva_test");
 
@@ -198,6 +198,23 @@ gpuTest(
     await assert.rejects(
       () => kda({ ...x, beta: z(T * HV) }, { arm: "gpu", kernels: "split", strict: true }),
       (e: unknown) => e instanceof Error && e.message.includes(reason),
+    );
+  },
+);
+
+gpuTest(
+  "a refusal of a packed batch with grouped heads on a set that pads and expands names both, in the caller's terms",
+  async () => {
+    await gpuStatus(); // gpuUnsupportedReason reads a ready device
+    const N = 1000;
+    const cuSeqlens = Int32Array.from({ length: N + 1 }, (_, i) => i);
+    const dims = { B: 1, T: N, H: 1, HV: 2, K: 4, V: 4, cuSeqlens };
+    const reason = gpuUnsupportedReason(dims, 64, "fused") ?? "";
+    if (reason === "") return; // a card's bindings hold it: nothing to word
+    assert.match(
+      reason,
+      /^the packed batch of 1000 sequences \(T=1000\) runs padded to B=1000, T=1 and the grouped value heads \(H=1, HV=2\) run expanded to H=2 on the kernel set fused, and there /,
+      reason,
     );
   },
 );

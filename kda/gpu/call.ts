@@ -198,14 +198,18 @@ export function callProblem(
   if (limit === null) return null;
   const { B, T, H } = view;
   // the caller's shape first: the padded or expanded one is the set's, not theirs
-  const how = layout.padded !== null
-    ? `the packed batch of ${layout.N} sequences (T=${x.T}) runs padded to B=${B}, T=${T} on ` +
-      `the kernel set ${set.name}, and there `
-    : layout.expand > 1
-    ? `the grouped value heads (H=${x.H}, HV=${layout.HV}) run expanded to H=${H} on the kernel ` +
-      `set ${set.name}, and there `
-    : "";
-  return how === "" ? limit : how + limit[0].toLowerCase() + limit.slice(1);
+  // both where the glue both pads and expands
+  const changes = [
+    ...(layout.padded !== null
+      ? [`the packed batch of ${layout.N} sequences (T=${x.T}) runs padded to B=${B}, T=${T}`]
+      : []),
+    ...(layout.expand > 1
+      ? [`the grouped value heads (H=${x.H}, HV=${layout.HV}) run expanded to H=${H}`]
+      : []),
+  ];
+  if (changes.length === 0) return limit;
+  return `${changes.join(" and ")} on the kernel set ${set.name}, and there ` +
+    limit[0].toLowerCase() + limit.slice(1);
 }
 
 /** Whether a set keeps an input's own buffer for its backward (a saved buffer of one array). */
