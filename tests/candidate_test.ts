@@ -2,17 +2,15 @@
 // reference, and each error is found in the right tensor and the right chunk.
 
 import assert from "node:assert/strict";
-import { kda, KdaModule, kdaVjp, saveLayer } from "../mod.ts";
+import { kda, kdaVjp } from "../mod.ts";
 import { readSafetensors, type SafetensorsInput, writeSafetensors } from "../io/mod.ts";
 import { bf16Bits, bf16Value } from "../io/mod.ts";
 import { checkCandidate } from "../checks/candidate.ts";
 import { compareCandidates } from "../checks/candidate_compare.ts";
-import { checkLayerCandidate } from "../checks/candidate_layer.ts";
 import { heatmapSvg } from "../checks/heatmap.ts";
-import { detachedSeam } from "../checks/mutants.ts";
-import { withKdaSeam } from "../kda/op/arms.ts";
 import { randomKda } from "./_fixtures.ts";
 import { candidateSweep, makeCandidate } from "./_candidate_fuzz.ts";
+import { cli, layerCandidate, roundTrip } from "./_candidate_run.ts";
 import { DTYPES } from "../base/dtype.ts";
 
 const [B, T, H, K, V] = [2, 150, 2, 8, 6];
@@ -66,8 +64,6 @@ async function perfectCandidate(): Promise<Map<string, SafetensorsInput>> {
   ]);
 }
 
-const roundTrip = (m: Map<string, SafetensorsInput>) => readSafetensors(writeSafetensors(m));
-
 Deno.test("a perfect f32 candidate agrees with the reference in every tensor", async () => {
   const report = await checkCandidate(roundTrip(await perfectCandidate()), { precision: "f32" });
   assert.deepEqual(report.rows.filter((r) => !r.ok).map((r) => r.name), []);
@@ -119,32 +115,6 @@ Deno.test("two candidate files from the same inputs are compared bit for bit", a
   (b.get("dk")!.data as Float32Array)[77] += 1e-6;
   const diffs = compareCandidates(roundTrip(a), roundTrip(b));
   assert.deepEqual(diffs.map((d) => [d.name, d.differing, d.firstIndex]), [["dk", 1, 77]]);
-});
-
-Deno.test("a layer candidate whose op output was detached is diagnosed as a graph cut at the op", async () => {
-  const config = { dModel: 8, heads: 2, keyDim: 4, valueDim: 4, decayRank: 2 };
-  const layer = new KdaModule(config);
-  const [b, t] = [1, 20];
-  const x = Float64Array.from({ length: b * t * 8 }, (_, i) => Math.sin(i));
-  const dy = Float64Array.from({ length: b * t * 8 }, (_, i) => Math.cos(i));
-  const cut = await withKdaSeam(detachedSeam(), () => layer.vjp(x, [b, t], dy, { arm: "cpu" }));
-  const file = new Map<string, SafetensorsInput>([
-    ["x", { data: x, shape: [b, t, 8] }],
-    ["dy", { data: dy, shape: [b, t, 8] }],
-    ["y", { data: cut.y, shape: [b, t, 8] }],
-  ]);
-  for (const [name, p] of layer.parameters()) {
-    file.set(name, { data: p.data, shape: [...p.shape] });
-    file.set(`grad/${name}`, { data: cut.grads.get(name)!, shape: [...p.shape] });
-  }
-  const report = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
-  assert.equal(report.ok, false);
-  assert.match(report.diagnosis!, /^The graph is cut at the op/);
-  const good = await layer.vjp(x, [b, t], dy, { arm: "cpu" });
-  for (const [name, g] of good.grads) {
-    file.set(`grad/${name}`, { data: g, shape: file.get(name)!.shape });
-  }
-  assert.ok((await checkLayerCandidate(roundTrip(file), { precision: "f32" })).ok);
 });
 
 // ---- a candidate that checks nothing must not agree (project issue, item 1) ----
@@ -261,146 +231,6 @@ Deno.test("tensors the candidate checker does not use are reported as unused", a
   const report = await checkCandidate(roundTrip(file));
   assert.deepEqual(report.unused.map((u) => u.name).sort(), ["dout", "final_state"]);
   assert.ok(report.ok);
-});
-
-// ---- layer candidates ----
-
-const LAYER_CONFIG = { dModel: 8, heads: 2, keyDim: 4, valueDim: 4, decayRank: 2 };
-
-/** A correct layer candidate from the f64 layer, every tensor stored in `dtype`. */
-async function layerCandidate(dtype: "F32" | "BF16" = "F32") {
-  const layer = new KdaModule(LAYER_CONFIG);
-  const round = dtype === "BF16" ? (x: number) => bf16Value(bf16Bits(x)) : Math.fround;
-  for (const p of layer.parameters().values()) p.data.set(p.data.map(round));
-  const [b, t] = [1, 20];
-  const x = Float64Array.from({ length: b * t * 8 }, (_, i) => round(Math.sin(i)));
-  const dy = Float64Array.from({ length: b * t * 8 }, (_, i) => round(Math.cos(i)));
-  const run = await layer.vjp(x, [b, t], dy, { arm: "cpu" });
-  const file = new Map<string, SafetensorsInput>([
-    ["x", { data: x, shape: [b, t, 8], dtype }],
-    ["dy", { data: dy, shape: [b, t, 8], dtype }],
-    ["y", { data: run.y, shape: [b, t, 8], dtype }],
-  ]);
-  for (const [name, p] of layer.parameters()) {
-    file.set(name, { data: p.data, shape: [...p.shape], dtype });
-    file.set(`grad/${name}`, { data: run.grads.get(name)!, shape: [...p.shape], dtype });
-  }
-  return { layer, file, dx: run.dx };
-}
-
-Deno.test("a layer candidate's input gradient grad/x is checked where the file holds it", async () => {
-  const { file, dx } = await layerCandidate();
-  const without = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
-  assert.ok(without.ok);
-  assert.equal(without.input, null, "no grad/x: no row, said as unchecked");
-  file.set("grad/x", { data: dx, shape: [1, 20, 8], dtype: "F32" });
-  const good = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
-  assert.ok(good.ok && good.input?.ok, JSON.stringify(good.input));
-  assert.deepEqual(good.unused, []);
-  const mutants: [string, Float64Array][] = [["zeroed", dx.map(() => 0)], [
-    "scaled",
-    dx.map((v) => v * 1.01),
-  ]];
-  for (const [label, bad] of mutants) {
-    file.set("grad/x", { data: bad, shape: [1, 20, 8], dtype: "F32" });
-    const r = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
-    assert.equal(r.input?.ok, false, `grad/x ${label}: ${JSON.stringify(r.input)}`);
-    assert.equal(r.ok, false, `grad/x ${label}: the candidate must not agree`);
-    assert.ok(r.rows.every((row) => row.ok), `grad/x ${label}: the groups still agree`);
-    assert.match(r.diagnosis ?? "", /\bx\b/, `grad/x ${label}: the diagnosis names x`);
-  }
-  file.set("grad/x", { data: dx.subarray(0, 8), shape: [8], dtype: "F32" });
-  await assert.rejects(
-    () => checkLayerCandidate(roundTrip(file), { precision: "f32" }),
-    /candidate tensor grad\/x must have shape \[1, 20, 8\]: got \[8\]/,
-  );
-});
-
-Deno.test("a layer candidate missing grad/q_proj.weight gets a failing row named for it", async () => {
-  const { file } = await layerCandidate();
-  file.delete("grad/q_proj.weight");
-  const report = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
-  const row = report.rows.find((r) => r.name === "q_proj.weight");
-  assert.ok(row, "no row for q_proj.weight");
-  assert.equal(row.ok, false);
-  assert.equal(row.missing, true);
-  assert.equal(report.ok, false);
-  assert.match(report.diagnosis ?? "", /grad\/q_proj\.weight/);
-  assert.equal(report.rows.length, new KdaModule(LAYER_CONFIG).parameters().size);
-});
-
-Deno.test("a layer candidate's tensors must have their shapes, not only their element counts", async () => {
-  const config = { dModel: 8, heads: 2, keyDim: 4, valueDim: 4, decayRank: 2 };
-  const layer = new KdaModule(config);
-  const x = new Float64Array(1 * 4 * 8).fill(0.1);
-  const base = () => {
-    const file = new Map<string, SafetensorsInput>([
-      ["x", { data: x, shape: [1, 4, 8] }],
-      ["dy", { data: x, shape: [1, 4, 8] }],
-      ["y", { data: x, shape: [1, 4, 8] }],
-    ]);
-    for (const [name, p] of layer.parameters()) {
-      file.set(name, { data: p.data, shape: [...p.shape] });
-      file.set(`grad/${name}`, { data: p.data, shape: [...p.shape] });
-    }
-    return file;
-  };
-  const meta = { kda_config: JSON.stringify(config) };
-  // dy laid out [T, B, D], and a gradient stored transposed: the same counts, other shapes
-  const swapped = base();
-  swapped.set("dy", { data: x, shape: [4, 1, 8] });
-  await assert.rejects(
-    checkLayerCandidate(readSafetensors(writeSafetensors(swapped, meta)), { precision: "f32" }),
-    { name: "RangeError", message: "candidate tensor dy must have shape [1, 4, 8]: got [4, 1, 8]" },
-  );
-  const transposed = base();
-  const w = layer.parameters().get("decay.w_down.weight")!;
-  transposed.set("grad/decay.w_down.weight", { data: w.data, shape: [...w.shape].reverse() });
-  await assert.rejects(
-    checkLayerCandidate(readSafetensors(writeSafetensors(transposed, meta)), { precision: "f32" }),
-    {
-      name: "RangeError",
-      message: `candidate tensor grad/decay.w_down.weight must have shape [${
-        w.shape.join(", ")
-      }]: got [${[...w.shape].reverse().join(", ")}]`,
-    },
-  );
-});
-
-Deno.test("a layer candidate reports the tensors it does not use", async () => {
-  const { file } = await layerCandidate();
-  file.set("grad/not_a_group", { data: new Float32Array(2), shape: [2] });
-  const report = await checkLayerCandidate(roundTrip(file), { precision: "f32" });
-  assert.deepEqual(report.unused.map((u) => u.name), ["grad/not_a_group"]);
-  assert.ok(report.ok);
-});
-
-Deno.test("a layer candidate's precision is read from its dtypes: a bf16 layer agrees at the bf16 bars", async () => {
-  const { file } = await layerCandidate("BF16");
-  const report = await checkLayerCandidate(roundTrip(file));
-  assert.equal(report.precision, "bf16");
-  assert.match(report.precisionNote, /^precision bf16 \(from the file's dtypes/);
-  assert.ok(
-    report.ok,
-    JSON.stringify([report.output, ...report.rows].map((r) => [r.name, r.agreement.rel, r.bar])),
-  );
-});
-
-Deno.test("a layer checkpoint written by saveLayer is refused as such, naming what a candidate holds", async () => {
-  const bytes = saveLayer(new KdaModule(LAYER_CONFIG));
-  for (
-    const check of [
-      () => checkCandidate(readSafetensors(bytes)),
-      () => checkLayerCandidate(readSafetensors(bytes)),
-    ]
-  ) {
-    await assert.rejects(
-      check,
-      (e: Error) =>
-        e instanceof RangeError && /layer checkpoint/.test(e.message) &&
-        /q, k, v, g, beta/.test(e.message) && /x, dy, y and grad\//.test(e.message),
-    );
-  }
 });
 
 // ---- the precision from the file's dtypes, grouped value heads (project issue, item 2) ----
@@ -525,30 +355,6 @@ Deno.test("two candidate files are not called bit-identical when they share no r
 });
 
 // ---- prove --candidate on the command line ----
-
-async function cli(bytes: Uint8Array, ...args: string[]) {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-env",
-      "--allow-read",
-      "checks/cli.ts",
-      "--candidate",
-      "-",
-      ...args,
-    ],
-    env: { NO_COLOR: "1" },
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(bytes);
-  await writer.close();
-  const out = await child.output();
-  const text = new TextDecoder();
-  return { code: out.code, stdout: text.decode(out.stdout), stderr: text.decode(out.stderr) };
-}
 
 Deno.test("prove --candidate says where the precision came from, and exits 2 on a file that checks nothing", async () => {
   const bf16 = writeSafetensors(
@@ -675,67 +481,4 @@ Deno.test("an f32 result in f32's subnormal range is judged at what storing it i
   // A real error there still fails.
   (file.get("o")!.data as Float64Array)[5] *= 2;
   assert.equal((await checkCandidate(roundTrip(file))).ok, false);
-});
-
-Deno.test("a layer candidate missing one of its short-conv groups is refused by name", async () => {
-  const layer = new KdaModule({ ...LAYER_CONFIG, shortConv: true });
-  const [b, t] = [1, 6];
-  const x = Float64Array.from({ length: b * t * 8 }, (_, i) => Math.sin(i));
-  const run = await layer.vjp(x, [b, t], x, { arm: "cpu" });
-  const file = new Map<string, SafetensorsInput>([
-    ["x", { data: x, shape: [b, t, 8] }],
-    ["dy", { data: x, shape: [b, t, 8] }],
-    ["y", { data: run.y, shape: [b, t, 8] }],
-  ]);
-  for (const [name, p] of layer.parameters()) {
-    if (name !== "q_conv_w") file.set(name, { data: p.data, shape: [...p.shape] });
-    file.set(`grad/${name}`, { data: run.grads.get(name)!, shape: [...p.shape] });
-  }
-  await assert.rejects(
-    () => checkLayerCandidate(roundTrip(file)),
-    (e: Error) => e instanceof RangeError && /must hold a tensor named q_conv_w/.test(e.message),
-  );
-});
-
-Deno.test("a layer candidate whose kda_config claims 16 heads of K = V = 256 over tiny tensors fails at once, naming the group, with no random draw", async () => {
-  const config = { dModel: 8, heads: 2, keyDim: 4, valueDim: 4, decayRank: 2 };
-  const layer = new KdaModule(config);
-  const x = new Float64Array(1 * 4 * 8).fill(0.1);
-  const file = new Map<string, SafetensorsInput>([
-    ["x", { data: x, shape: [1, 4, 8] }],
-    ["dy", { data: x, shape: [1, 4, 8] }],
-    ["y", { data: x, shape: [1, 4, 8] }],
-  ]);
-  for (const [name, p] of layer.parameters()) file.set(name, { data: p.data, shape: [...p.shape] });
-  // x fits the claim's dModel, so the check reaches the parameters.
-  const huge = { ...config, heads: 16, keyDim: 256, valueDim: 256, decayRank: 256 };
-  const bytes = writeSafetensors(file, { kda_config: JSON.stringify(huge) });
-  // The random initialiser calls Math.expm1 once per b_alpha entry; nothing else does.
-  const original = Math.expm1;
-  let draws = 0;
-  Math.expm1 = (v: number) => (draws++, original(v));
-  const t0 = performance.now();
-  try {
-    await assert.rejects(checkLayerCandidate(readSafetensors(bytes), { precision: "f32" }), {
-      name: "RangeError",
-      message: "candidate tensor q_proj.weight must have shape [4096, 8]: got [8, 8]",
-    });
-  } finally {
-    Math.expm1 = original;
-  }
-  const elapsed = performance.now() - t0;
-  assert.ok(elapsed < 1000, `the check took ${elapsed.toFixed(0)} ms to refuse the file`);
-  assert.equal(draws, 0);
-});
-
-Deno.test("prove --compare is refused by name on a layer candidate, whose results it does not know", async () => {
-  const { file } = await layerCandidate();
-  const bytes = writeSafetensors(file);
-  // the second file is read only after the refusal, so any path shows it
-  const out = await cli(bytes, "--compare", "tests/fixtures/fla_chunk_kda_bf16.safetensors");
-  assert.equal(out.code, 2, out.stdout + out.stderr);
-  assert.match(
-    out.stderr,
-    /^prove: --compare compares two op candidates' results and has no effect on a layer candidate/m,
-  );
 });
