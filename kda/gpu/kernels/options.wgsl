@@ -146,7 +146,8 @@ const DECAY_UNDERFLOW = -104.0;
 // exactly 0 the term is 0, not 0 · ∞ = NaN.
 fn gateGrad(z: f32, h: u32, dyIn: f32) -> vec2f {
   let sharp = sharpness(h);
-  let dy = select(dyIn, 0.0, gateOf(z, h) < DECAY_UNDERFLOW);
+  let y = gateOf(z, h);
+  let dy = select(dyIn, 0.0, y < DECAY_UNDERFLOW);
   if ((op.flags & LOWER_BOUND) != 0u) {
     // y = lb σ(u), u = sharp z
     let u = sharp * z;
@@ -154,7 +155,7 @@ fn gateGrad(z: f32, h: u32, dyIn: f32) -> vec2f {
     return vec2f(du * sharp, select(du * u, 0.0, du == 0.0));
   }
   // y = −sharp softplus(z): dy/dz = −sharp σ(z), dy/daLog = y
-  return vec2f(-sharp * sigm(z) * dy, select(dy * (-sharp * softplusOf(z)), 0.0, dy == 0.0));
+  return vec2f(-sharp * sigm(z) * dy, select(dy * y, 0.0, dy == 0.0));
 }
 
 // a: raw g; b: aLog; c3: dtBias; out0: the log decay; out1: z (when saving)
