@@ -116,21 +116,41 @@ function editDistance(a: string, b: string): number {
   return row[b.length];
 }
 
+/** The known key nearest to `key` by edit distance, or where a nearer field of another goes. */
+function nearest(
+  key: string,
+  known: readonly string[],
+  elsewhere: Readonly<Record<string, string>>,
+): string {
+  // known keys first, so that a tie names one of this argument's own
+  const candidates = [...known.map((k) => [k, k]), ...Object.entries(elsewhere)];
+  return candidates.sort((a, b) => editDistance(key, a[0]) - editDistance(key, b[0]))[0]?.[1] ??
+    "no field";
+}
+
 /**
  * Throws a TypeError for the first own key of `value` not in `known`: a typo such as `chunksize`
  * must not silently run with a default. The message names the field the caller most likely
  * meant: the entry of `aliases` for a name another library uses for the same thing (for example
- * `initial_state` for `h0`), else the nearest known key by edit distance.
+ * `initial_state` for `h0`); else, for a field of another argument (the key, or what `aliases`
+ * maps it to), where `elsewhere` says it goes; else the nearest known key by edit distance (or
+ * where a nearer field of another argument goes).
  *
  * @param name The argument's name, for the message.
  * @param value The object to check.
  * @param known The fields it may have.
  * @param aliases Foreign names mapped to the known field that means the same thing.
+ * @param elsewhere Fields of other arguments mapped to where they go (for example `inputs.scale`).
  *
  * @example Usage
  * ```ts
+ * import assert from "node:assert/strict";
  * import { checkKnownKeys } from "./check.ts";
  * checkKnownKeys("options", { arm: "cpu" }, ["arm", "chunkSize"]); // passes
+ * assert.throws(
+ *   () => checkKnownKeys("options", { scale: 1 }, ["arm"], {}, { scale: "inputs.scale" }),
+ *   /^TypeError: options\.scale is not a known field: expected one of arm \(it belongs in inputs\.scale\)$/,
+ * );
  * ```
  */
 export function checkKnownKeys(
@@ -138,15 +158,19 @@ export function checkKnownKeys(
   value: object,
   known: readonly string[],
   aliases: Readonly<Record<string, string>> = {},
+  elsewhere: Readonly<Record<string, string>> = {},
 ): void {
   for (const key of Object.keys(value)) {
     if (known.includes(key)) continue;
     const alias = Object.hasOwn(aliases, key) ? aliases[key] : undefined;
+    const field = alias ?? key;
     const hint = alias !== undefined && known.includes(alias)
       ? `${name}.${alias} is this package's name for it`
-      : `did you mean ${
-        [...known].sort((a, b) => editDistance(key, a) - editDistance(key, b))[0]
-      }?`;
+      : Object.hasOwn(elsewhere, field)
+      ? alias !== undefined
+        ? `${elsewhere[field]} is this package's name for it`
+        : `it belongs in ${elsewhere[field]}`
+      : `did you mean ${nearest(key, known, elsewhere)}?`;
     throw new TypeError(
       `${name}.${key} is not a known field: expected one of ${known.join(", ")} (${hint})`,
     );

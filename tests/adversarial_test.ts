@@ -11,6 +11,7 @@ import {
   type KdaInputs,
   KdaModule,
   type KdaModuleRunOptions,
+  kdaStep,
   kdaVjp,
   resetSeamCounts,
   seamCounts,
@@ -344,6 +345,64 @@ Deno.test("flash-linear-attention's names for inputs, cotangents and options are
     "allowNegEigval",
   );
   await refused(kdaVjp(x, { do: dout } as never), "cotangents", "do", "dout");
+});
+
+Deno.test("a field of the inputs given as an option, or of the options given as an input, is refused, pointing to where it goes", async () => {
+  const x = randomKda({ B: 1, T: 3, H: 1, K: 2, V: 2 }, 16);
+  const misplaced = (p: Promise<unknown>, key: string, hint: string) =>
+    assert.rejects(
+      p,
+      (e: Error) =>
+        e instanceof TypeError && e.message.startsWith(`${key} is not a known field`) &&
+        e.message.endsWith(`(${hint})`),
+      key,
+    );
+  // fla passes these to chunk_kda as keywords beside its tensors: here they are inputs
+  await misplaced(kda(x, { scale: 0.5 } as never), "options.scale", "it belongs in inputs.scale");
+  await misplaced(kda(x, { h0: x.q } as never), "options.h0", "it belongs in inputs.h0");
+  await misplaced(
+    kda(x, { initial_state: x.q } as never),
+    "options.initial_state",
+    "inputs.h0 is this package's name for it",
+  );
+  await misplaced(
+    kda(x, { A_log: x.q } as never),
+    "options.A_log",
+    "inputs.aLog is this package's name for it",
+  );
+  await misplaced(kda(x, { scael: 1 } as never), "options.scael", "did you mean inputs.scale?");
+  await misplaced(
+    kda({ ...x, outputFinalState: false } as never),
+    "inputs.outputFinalState",
+    "it belongs in options.outputFinalState",
+  );
+  await misplaced(
+    kda({ ...x, chunk_size: 16 } as never),
+    "inputs.chunk_size",
+    "options.chunkSize is this package's name for it",
+  );
+  const t = (n: number) => new Float64Array(n).fill(0.1);
+  const token = {
+    B: 1,
+    H: 1,
+    K: 2,
+    V: 2,
+    q: t(2),
+    k: t(2),
+    v: t(2),
+    g: t(2).fill(-0.1),
+    beta: t(1),
+  };
+  await misplaced(
+    kdaStep(t(4), token, { scale: 1 } as never),
+    "options.scale",
+    "it belongs in token.scale",
+  );
+  await misplaced(
+    kdaStep(t(4), { ...token, arm: "cpu" } as never, {}),
+    "token.arm",
+    "it belongs in options.arm",
+  );
 });
 
 Deno.test("a KdaModule parameter set to NaN or Inf is named with its index, unless the scan is skipped", async () => {

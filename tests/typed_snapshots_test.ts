@@ -215,3 +215,24 @@ gpuTest(
     assert.equal(gpuLiveBuffers(), live, "no snapshot left behind");
   },
 );
+
+gpuTest(
+  "a typed call whose arrays disagree with its dimensions is refused by name before anything is planned",
+  async () => {
+    await gpuStatus();
+    const a = new Float32Array(160);
+    const live = gpuLiveBuffers();
+    // T = 2^40 tokens claimed by arrays of 160 floats: planning the job from the dimensions first
+    // built tables of 2^34 chunks and ran the process out of memory
+    for (const T of [2 ** 40, 21]) {
+      await assert.rejects(
+        kda({ B: 1, T, H: 1, K: 8, V: 8, q: a, k: a, v: a, g: a, beta: a }, GPU),
+        (e: Error) =>
+          e instanceof RangeError && /^inputs\.q must have/.test(e.message) &&
+          e.message.includes("got 160"),
+      );
+    }
+    await gpuSettled();
+    assert.equal(gpuLiveBuffers(), live, "no buffer left behind");
+  },
+);

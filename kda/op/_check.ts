@@ -244,6 +244,21 @@ const INPUT_KEYS = [
   "scale",
 ] as const;
 
+/** The fields of `kda`/`kdaVjp`'s options. */
+const OPTION_KEYS = [
+  "arm",
+  "chunkSize",
+  "kernels",
+  "strict",
+  "quiet",
+  ...IN_KERNEL_KEYS,
+  "outputFinalState",
+];
+
+/** Where a field of the inputs goes, for a refused key of the options, and the other way round. */
+const IN_INPUTS = Object.freeze(Object.fromEntries(INPUT_KEYS.map((k) => [k, `inputs.${k}`])));
+const IN_OPTIONS = Object.freeze(Object.fromEntries(OPTION_KEYS.map((k) => [k, `options.${k}`])));
+
 /**
  * flash-linear-attention's names (the keyword arguments of `chunk_kda` and `fused_recurrent_kda`,
  * and `do` for the output cotangent) mapped to this package's field for the same thing, so that a
@@ -370,7 +385,7 @@ export function checkKdaInputs(
   } = {},
 ): CheckedInputs {
   const x = checkObject("inputs", inputs);
-  checkKnownKeys("inputs", x, INPUT_KEYS, FLA_NAMES);
+  checkKnownKeys("inputs", x, INPUT_KEYS, FLA_NAMES, IN_OPTIONS);
   const device = onDevice(x, ARRAY_KEYS, "inputs");
   const B = checkPositiveInt("inputs.B", x.B);
   const T = checkPositiveInt("inputs.T", x.T);
@@ -382,7 +397,24 @@ export function checkKdaInputs(
   const checks = how.checks ?? new ValueChecks();
   // resolved here, checked after the arrays (their errors come first)
   const scale = x.scale === undefined ? K ** -0.5 : x.scale;
-  const snapshots = device || dtype !== "f32" ? null : how.snapshotsFor?.({
+  // snapshots only where every array has the length its dimensions claim: the job they are
+  // planned for is sized by the dimensions, and a call whose arrays disagree is refused below, by
+  // the array's name, before anything is planned or allocated from what it claims
+  const lengths: Record<string, number> = {
+    q: B * T * H * K,
+    k: B * T * H * K,
+    v: B * T * HV * V,
+    g: B * T * HV * K,
+    beta: B * T * HV,
+    h0: N * HV * K * V,
+    aLog: HV,
+    dtBias: HV * K,
+  };
+  const agree = Object.entries(lengths).every(([name, n]) =>
+    x[name] === undefined ||
+    (ArrayBuffer.isView(x[name]) && (x[name] as { length?: unknown }).length === n)
+  );
+  const snapshots = device || dtype !== "f32" || !agree ? null : how.snapshotsFor?.({
     B,
     T,
     H,
@@ -520,20 +552,7 @@ export function checkKernels(value: unknown): string | undefined {
  */
 export function checkKdaOptions(options: unknown): CheckedOptions {
   const o = checkObject("options", options);
-  checkKnownKeys(
-    "options",
-    o,
-    [
-      "arm",
-      "chunkSize",
-      "kernels",
-      "strict",
-      "quiet",
-      ...IN_KERNEL_KEYS,
-      "outputFinalState",
-    ],
-    FLA_NAMES,
-  );
+  checkKnownKeys("options", o, OPTION_KEYS, FLA_NAMES, IN_INPUTS);
   const kernels = checkKernels(o.kernels);
   const { inKernel, allowNegEigval } = checkInKernel(o, true);
   return {
@@ -574,6 +593,15 @@ const TOKEN_KEYS = [
 
 const TOKEN_ARRAYS = ["q", "k", "v", "g", "beta", "aLog", "dtBias"] as const;
 
+/** The fields of `kdaStep`'s options. */
+const STEP_OPTION_KEYS = ["arm", "strict", "quiet", ...IN_KERNEL_KEYS];
+
+/** Where a field of a decode call's token goes, for a refused key of its options, and back. */
+const IN_TOKEN = Object.freeze(Object.fromEntries(TOKEN_KEYS.map((k) => [k, `token.${k}`])));
+const IN_STEP_OPTIONS = Object.freeze(
+  Object.fromEntries(STEP_OPTION_KEYS.map((k) => [k, `options.${k}`])),
+);
+
 /**
  * Validates one decode call (docs/kda.md 2.7) once, at the public boundary: `T` tokens per
  * sequence (default 1), q, k [B, T, H, K], v [B, T, HV, V], g [B, T, HV, K], beta [B, T, HV]
@@ -601,7 +629,7 @@ export function checkKdaStep(
   how: { gateInKernel?: boolean } = {},
 ): CheckedInputs {
   const x = checkObject("token", token);
-  checkKnownKeys("token", x, TOKEN_KEYS, FLA_NAMES);
+  checkKnownKeys("token", x, TOKEN_KEYS, FLA_NAMES, IN_STEP_OPTIONS);
   const device = onDevice(x, TOKEN_ARRAYS, "token");
   const B = checkPositiveInt("token.B", x.B);
   const T = x.T === undefined ? 1 : checkPositiveInt("token.T", x.T);
@@ -674,7 +702,7 @@ export function checkKdaStep(
  */
 export function checkStepOptions(options: unknown): Omit<CheckedOptions, "chunkSize"> {
   const o = checkObject("options", options);
-  checkKnownKeys("options", o, ["arm", "strict", "quiet", ...IN_KERNEL_KEYS], FLA_NAMES);
+  checkKnownKeys("options", o, STEP_OPTION_KEYS, FLA_NAMES, IN_TOKEN);
   const { chunkSize: _, ...rest } = checkKdaOptions(o);
   return rest;
 }
