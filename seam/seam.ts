@@ -225,8 +225,9 @@ export class Seam<R> {
    * The arm a call runs, after the caller's wish, the environment and each arm's limits (recording
    * nothing but a pinned call's decline: the caller records the choice, see #note). A call
    * whose data is `pinned` to one arm's device runs there or nowhere: a binding wish for another
-   * arm is refused, a forcing one recorded as not honoured, and a reason that arm cannot run the
-   * call is a counted, recorded decline that is thrown.
+   * arm is refused (`options.arm`, or the require variable for a call that names no arm), a
+   * forcing one (the force variable, for a call that names no arm) recorded as not honoured, and
+   * a reason that arm cannot run the call is a counted, recorded decline thrown as a RangeError.
    */
   async #choose(
     request: R,
@@ -251,7 +252,9 @@ export class Seam<R> {
       if (explicit !== undefined && explicit !== pinned) {
         throw new RangeError(`options.arm must be ${pinned} when ${where}: got ${explicit}`);
       }
-      if (required !== undefined && required !== pinned) {
+      // as for any call, an arm the call names beats the variables (which apply to calls that
+      // name none)
+      if (explicit === undefined && required !== undefined && required !== pinned) {
         throw new Error(
           `${op}: ${env.require}=${required} requires the ${required} arm, but ${where}`,
         );
@@ -260,9 +263,9 @@ export class Seam<R> {
       if (reason !== null) {
         this.#counts.declined++;
         this.record(pinned, "none", reason);
-        throw new Error(`${op}: ${where}, but that arm cannot run this call: ${reason}`);
+        throw new RangeError(`${op}: ${where}, but that arm cannot run this call: ${reason}`);
       }
-      const reasons = forced !== undefined && forced !== pinned
+      const reasons = explicit === undefined && forced !== undefined && forced !== pinned
         ? [`${env.force}=${forced} is not honoured: ${where}`]
         : [];
       // only the require variable could have changed such a call (by refusing it)

@@ -215,7 +215,10 @@ gpuTest(
       resetSeamCounts();
       await assert.rejects(
         () => kda({ ...device, scale: 1e39 }, { chunkSize: 16 }),
-        /the data lives on the gpu arm's device, but that arm cannot run this call: scale must be finite in f32/,
+        (e: Error) =>
+          e instanceof RangeError &&
+          /the data lives on the gpu arm's device, but that arm cannot run this call: scale must be finite in f32/
+            .test(e.message),
       );
       assert.equal(seamCounts().declined, 1);
       assert.equal(seamDecisions().at(-1)?.ran, "none");
@@ -226,6 +229,49 @@ gpuTest(
           e.message === "options.arm must be gpu when the data lives on " +
               "the gpu arm's device: got cpu",
       );
+    } finally {
+      release();
+    }
+  },
+);
+
+/** Runs fn with the environment variables set, then restores them. */
+async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
+  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, Deno.env.get(k)]));
+  for (const [k, v] of Object.entries(vars)) Deno.env.set(k, v);
+  try {
+    return await fn();
+  } finally {
+    for (const [k, v] of Object.entries(before)) {
+      if (v === undefined) Deno.env.delete(k);
+      else Deno.env.set(k, v);
+    }
+  }
+}
+
+gpuTest(
+  "on GpuTensors an arm the call names beats KDA_ARM and KDA_REQUIRE_ARM, as on typed arrays",
+  async () => {
+    const { device, release } = await uploaded({ B: 1, T: 16, H: 1, K: 4, V: 4 }, 3, false);
+    const quiet = { chunkSize: 16, quiet: true } as const;
+    try {
+      // KDA_ARM forces calls that name no arm: only such a call's decision says it is not honoured
+      await withEnv({ KDA_ARM: "cpu" }, async () => {
+        const last = () => seamDecisions().at(-1)?.index ?? -1;
+        const before = last();
+        releaseTensors(await kda(device, { ...quiet, arm: "gpu" }));
+        assert.equal(last(), before, "a named arm: no decision, nothing to honour");
+        releaseTensors(await kda(device, quiet));
+        assert.match(seamDecisions().at(-1)?.reason ?? "", /KDA_ARM=cpu is not honoured/);
+      });
+      // KDA_REQUIRE_ARM binds calls that name no arm; the named gpu arm runs
+      await withEnv({ KDA_REQUIRE_ARM: "cpu" }, async () => {
+        releaseTensors(await kda(device, { ...quiet, arm: "gpu" }));
+        await assert.rejects(
+          () => kda(device, quiet),
+          /KDA_REQUIRE_ARM=cpu requires the cpu arm, but the data lives on the gpu arm's device/,
+        );
+      });
     } finally {
       release();
     }
@@ -291,6 +337,25 @@ gpuTest(
       small.buffer.destroy();
       noCopy.buffer.destroy();
       release();
+    }
+  },
+);
+
+gpuTest(
+  "a DeviceTensor's shape is its own and frozen: its size and reads cannot be changed through it",
+  async () => {
+    const shape = [4];
+    const d = await toGpu(new Float32Array([1, 2, 3, 4]), shape);
+    try {
+      shape[0] = 2; // the caller's array is not the tensor's
+      assert.throws(() => {
+        (d.shape as number[])[0] = 2;
+      }, TypeError);
+      assert.deepEqual(d.shape, [4]);
+      assert.equal(d.size, 4);
+      assert.deepEqual([...await d.read()], [1, 2, 3, 4]);
+    } finally {
+      d.release();
     }
   },
 );

@@ -9,11 +9,11 @@ import assert from "node:assert/strict";
 import {
   bufferElements,
   type DimValues,
+  f32Problem,
   limitProblem,
   makePlan,
   packParams,
   paramWords,
-  scaleProblem,
   sequenceChunks,
   setTables,
   shapeProblem,
@@ -473,10 +473,14 @@ Deno.test("shape, scale and limit reasons are sentences that name the value", ()
     shapeProblem({ B: 1, T: 2, H: 1, K: 4, V: 4 }, 8),
     "chunkSize must be 16, 32 or 64: got 8",
   );
-  assert.match(scaleProblem(1e39) ?? "", /^scale must be finite in f32: got 1e\+39/);
-  assert.match(scaleProblem(1e-50) ?? "", /^scale must be representable in f32/);
-  assert.equal(scaleProblem(0), null);
-  assert.equal(scaleProblem(3e38), null);
+  assert.match(f32Problem("scale", 1e39) ?? "", /^scale must be finite in f32: got 1e\+39/);
+  assert.match(f32Problem("scale", 1e-50) ?? "", /^scale must be representable in f32/);
+  assert.match(
+    f32Problem("lowerBound", -1e39) ?? "",
+    /^lowerBound must be finite in f32: got -1e\+39, which rounds to -Infinity$/,
+  );
+  assert.equal(f32Problem("scale", 0), null);
+  assert.equal(f32Problem("scale", 3e38), null);
   const limits = {
     maxStorageBufferBindingSize: 1 << 27,
     maxBufferSize: 2 ** 31,

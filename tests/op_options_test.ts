@@ -646,7 +646,7 @@ for (const kernels of GPU_SETS) {
       const worst = new Worst();
       // the softplus form's log decay at those tokens is below f32's underflow (its gradient is
       // taken as 0 there); the lower-bound form's stays above lowerBound
-      for (const big of [1e30, 1e4, 200, 110]) {
+      for (const big of [1e30, 1e4, 200, 110, 40, 20, 12]) {
         for (const lowerBound of big === 1e30 ? [null, -5] : [null]) {
           const make = <A extends Float64Array | Float32Array>(C: { from(a: number[]): A }) => {
             const r = mulberry32(5);
@@ -697,3 +697,112 @@ for (const kernels of GPU_SETS) {
     },
   );
 }
+
+// Half the gate entries with log decays of −20 to −100 among ordinary ones: each such decay is
+// below f32's unit roundoff, its gradient's true value below f32's resolution of the sums it comes
+// from, and daLog multiplies the chunked backward's residue there by the log decay. The gpu arm
+// returned daLog 1e-4 to 2e-4 away from f64 at these shapes before such terms counted as 0.
+for (const kernels of GPU_SETS) {
+  gpuTest(
+    `in-kernel options: many negligible decays among ordinary ones keep daLog within 2e-5 of f64 (kernels ${kernels})`,
+    async () => {
+      const worst = new Worst();
+      for (const [T, H, K, V] of [[37, 1, 4, 4], [70, 2, 8, 8]]) {
+        for (const level of [20, 30, 95]) {
+          for (const seed of [5, 7]) {
+            const make = <A extends Float64Array | Float32Array>(C: { from(a: number[]): A }) => {
+              const r = mulberry32(seed);
+              const f = (n: number, s: number, at = 0) =>
+                C.from(Array.from({ length: n }, () => at + s * (r() - 0.5)));
+              // a raw gate of about `level` is a log decay of about −level (aLog = 0)
+              const g = C.from(Array.from({ length: T * H * K }, () => {
+                const u = r();
+                return u < 0.5 ? level * (1 + 0.2 * (u - 0.25)) : 2 * (r() - 0.5);
+              }));
+              return {
+                x: {
+                  B: 1,
+                  T,
+                  H,
+                  K,
+                  V,
+                  q: f(T * H * K, 2),
+                  k: f(T * H * K, 2),
+                  v: f(T * H * V, 2),
+                  g,
+                  beta: f(T * H, 0.8, 0.5),
+                  h0: f(H * K * V, 2),
+                  aLog: f(H, 0),
+                  dtBias: f(H * K, 0.2),
+                } as KdaInputs,
+                cot: { dout: f(T * H * V, 2), dht: f(H * K * V, 2) },
+              };
+            };
+            const options = { useGateInKernel: true };
+            const f64 = make(Float64Array), f32 = make(Float32Array);
+            const ref = await kdaVjp(f64.x, f64.cot, {
+              ...options,
+              arm: "cpu",
+            }) as unknown as Record<
+              string,
+              Float
+            >;
+            const got = await kdaVjp(f32.x, f32.cot, {
+              ...options,
+              arm: "gpu",
+              strict: true,
+              kernels,
+            }) as unknown as Record<string, Float>;
+            for (const name of ["daLog", "ddtBias", "dg", "dq", "dk", "dv", "dbeta", "dh0"]) {
+              worst.check(
+                `T=${T}, level ${level}, seed ${seed}: ${name}`,
+                got[name],
+                ref[name],
+                2e-5,
+              );
+            }
+          }
+        }
+      }
+      worst.report(`kernels ${kernels}`);
+    },
+  );
+}
+
+gpuTest(
+  "in-kernel options: a lowerBound f32 cannot hold is a counted, named decline on the gpu arm",
+  async () => {
+    const f = (n: number, v: number) => new Float32Array(n).fill(v);
+    const x = {
+      B: 1,
+      T: 3,
+      H: 1,
+      K: 2,
+      V: 2,
+      q: f(6, 0.1),
+      k: f(6, 0.1),
+      v: f(6, 1),
+      g: f(6, 0.1),
+      beta: f(3, 0.5),
+      aLog: f(1, 0),
+    };
+    const cot = { dout: f(6, 1), dht: f(4, 1) };
+    for (const [lowerBound, why] of [[-1e39, /-Infinity$/], [-1e-50, /rounds to 0$/]] as const) {
+      const options = { useGateInKernel: true, lowerBound, quiet: true } as const;
+      // it rounds to −∞ (or 0) in f32, where the gpu arm's gradients were NaN
+      await assert.rejects(
+        kdaVjp(x, cot, { ...options, arm: "gpu", strict: true }),
+        (e: Error) => e.message.includes(`lowerBound must be`) && why.test(e.message),
+      );
+      resetSeamCounts();
+      const grads = await kdaVjp(x, cot, { ...options, arm: "gpu" }) as unknown as Record<
+        string,
+        Float
+      >;
+      assert.equal(seamCounts().declined, 1, `lowerBound ${lowerBound}: one counted decline`);
+      for (const [name, a] of Object.entries(grads)) {
+        assert.ok(a.every(Number.isFinite), `lowerBound ${lowerBound}: ${name} is not all finite`);
+      }
+    }
+  },
+);

@@ -9,10 +9,10 @@ import { getContext, type GpuContext, readyContext } from "./device.ts";
 import { BufferSet, upload } from "./buffers.ts";
 import {
   bytesOf,
+  f32Problem,
   limitProblem,
   makePlan,
   maxBindingOf,
-  scaleProblem,
   shapeProblem,
 } from "./layout.ts";
 import {
@@ -185,8 +185,13 @@ export function callProblem(
 ): string | null {
   const shape = shapeProblem(x, chunkSize);
   if (shape !== null) return shape;
-  const scale = scaleProblem(x.scale);
+  const scale = f32Problem("scale", x.scale);
   if (scale !== null) return scale;
+  // the gate's bound is a log decay the kernels scale in f32: past f32's range it would be −∞,
+  // and the gradients NaN
+  const lowerBound = x.inKernel?.gate?.lowerBound ?? null;
+  const bound = lowerBound === null ? null : f32Problem("lowerBound", lowerBound);
+  if (bound !== null) return bound;
   const device = ctx.setProblem(set);
   if (device !== null) return device;
   const own = set.whyNot(x, chunkSize);

@@ -423,22 +423,24 @@ export function shapeProblem(shape: KdaDims, chunkSize: number): string | null {
 }
 
 /**
- * Why a scale cannot be used in f32, or null.
+ * Why a number the kernels take as an f32 (the query scale, the gate's lowerBound) cannot be one:
+ * it rounds to an infinity, or to 0 from a value that is not 0. Null when it can.
  *
- * @param scale The resolved query scale.
+ * @param name What the number is, for the reason.
+ * @param value The number.
  * @returns A reason, or null.
  * @example
  * ```ts
- * scaleProblem(1e39); // "scale must be finite in f32: got 1e+39, which rounds to Infinity"
+ * f32Problem("scale", 1e39); // "scale must be finite in f32: got 1e+39, which rounds to Infinity"
  * ```
  */
-export function scaleProblem(scale: number): string | null {
-  const f = Math.fround(scale);
+export function f32Problem(name: string, value: number): string | null {
+  const f = Math.fround(value);
   if (!Number.isFinite(f)) {
-    return `scale must be finite in f32: got ${scale}, which rounds to ${f}`;
+    return `${name} must be finite in f32: got ${value}, which rounds to ${f}`;
   }
-  if (f === 0 && scale !== 0) {
-    return `scale must be representable in f32: got ${scale}, which rounds to 0`;
+  if (f === 0 && value !== 0) {
+    return `${name} must be representable in f32: got ${value}, which rounds to 0`;
   }
   return null;
 }

@@ -19,7 +19,7 @@
 // backward needs stays on the GPU in a GpuSaved handle, valid for any number of backward calls
 // until it is released.
 
-import type { ChunkSize, KdaDims } from "../_types.ts";
+import type { ChunkSize, InKernel, KdaDims } from "../_types.ts";
 import { gpuLiveBuffers, gpuPool, type GpuPoolStatus, gpuSettled } from "./buffers.ts";
 import { gpuSyncs } from "./tensor.ts";
 import type { GpuSaved } from "./job.ts";
@@ -66,12 +66,12 @@ export async function gpuStatus(): Promise<GpuStatus> {
  * Why the gpu arm cannot run a problem with a kernel set, or null when it can. Synchronous: call
  * it after {@linkcode gpuStatus} reported the device available (the answer depends on its limits).
  *
- * @param dims B, T, H, K, V of the problem, and its resolved `scale`, grouped value heads `HV`
- *   and packed offsets `cuSeqlens` if any.
+ * @param dims B, T, H, K, V of the problem, and its resolved `scale`, grouped value heads `HV`,
+ *   packed offsets `cuSeqlens` and in-kernel options `inKernel` if any.
  * @param chunkSize The chunk size the forward and backward would use.
  * @param kernels The kernel set (default: the rule's choice).
  * @returns null when the problem runs, else a readable reason: no device or a lost one, a bad
- *   shape, K or V over 256, a scale that is not finite in f32, a set the device cannot run, or a
+ *   shape, K or V over 256, a scale or the gate's lowerBound not finite in f32, a set the device cannot run, or a
  *   buffer over the device's storage binding limit (saying what does fit).
  *
  * @example
@@ -82,7 +82,7 @@ export async function gpuStatus(): Promise<GpuStatus> {
  * ```
  */
 export function gpuUnsupportedReason(
-  dims: KdaDims & { scale?: number; HV?: number; cuSeqlens?: Int32Array },
+  dims: KdaDims & { scale?: number; HV?: number; cuSeqlens?: Int32Array; inKernel?: InKernel },
   chunkSize: ChunkSize,
   kernels?: string,
 ): string | null {

@@ -103,12 +103,16 @@ export class DeviceTensor implements GpuTensor {
    *
    * @param ctx The device context the buffer lives on.
    * @param buffer The buffer, at least 4 bytes per element.
-   * @param shape The shape.
+   * @param shape The shape (copied and frozen: the size and reads follow it).
    */
-  constructor(ctx: GpuContext, buffer: GPUBuffer, readonly shape: readonly number[]) {
+  constructor(ctx: GpuContext, buffer: GPUBuffer, shape: readonly number[]) {
     this.#ctx = ctx;
     this.#buffer = buffer;
+    this.shape = Object.freeze([...shape]);
   }
+
+  /** The shape, frozen. */
+  readonly shape: readonly number[];
 
   /** The buffer; reading it after {@linkcode DeviceTensor.release} throws. */
   get buffer(): GPUBuffer {

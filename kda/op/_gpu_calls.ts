@@ -70,7 +70,9 @@ export function snapshotCall(backward: boolean): {
   return {
     made,
     snapshotsFor(dims, opts) {
-      const request = requestOf(dims, opts);
+      // the in-kernel options too: the gpu arm's answer depends on them (the gate's lowerBound)
+      const inKernel = opts.inKernel;
+      const request = requestOf({ ...dims, ...(inKernel !== undefined ? { inKernel } : {}) }, opts);
       const ctx = gpuRunsNow(request, seamOptions(opts), backward);
       if (ctx === null) return null;
       const gate = opts.inKernel?.gate ?? null;
