@@ -4,7 +4,7 @@
 
 import { KdaModule } from "./module.ts";
 import type { KdaConfig, KimiConfigInput } from "./layer/config.ts";
-import { checkKnownKeys, checkObject, typeName } from "../base/check.ts";
+import { checkKnownKeys, checkObject, shown, typeName } from "../base/check.ts";
 import type { ComputeDType } from "../base/dtype.ts";
 import { readLayerCheckpoint, type ShapedArray } from "./layer/state_dict.ts";
 
@@ -101,6 +101,16 @@ export function kimiConfigFromFla(
   const c = { ...FLA_DEFAULTS, ...fla };
   if (c.mode !== "chunk" && c.mode !== "fused_recurrent") {
     throw new RangeError(`fla.mode must be "chunk" or "fused_recurrent": got ${String(c.mode)}`);
+  }
+  // V is computed here, so its two factors are checked here, by fla's names
+  for (const key of ["head_dim", "expand_v"] as const) {
+    const value: unknown = c[key];
+    if (typeof value !== "number") {
+      throw new TypeError(`fla.${key} must be a number: got ${shown(value)}`);
+    }
+    if (!(value > 0) || !Number.isFinite(value)) {
+      throw new RangeError(`fla.${key} must be a finite number above 0: got ${value}`);
+    }
   }
   const V = c.head_dim * c.expand_v;
   if (!Number.isInteger(V)) {

@@ -152,7 +152,17 @@ export class KdaModule {
   #initialise(): Map<string, Tensor> {
     const params = new Map<string, Tensor>();
     for (const p of layerGroups(this.config)) {
-      const data = alloc(this.dtype, p.shape.reduce((a, b) => a * b, 1));
+      const n = p.shape.reduce((a, b) => a * b, 1);
+      let data;
+      try {
+        data = alloc(this.dtype, n);
+      } catch (error) {
+        // a config of valid fields can still ask for more than the host can hold
+        throw new RangeError(
+          `config gives parameter ${p.name} the shape [${p.shape.join(", ")}] (${n} elements ` +
+            `of ${this.dtype}), which could not be allocated: ${(error as Error).message}`,
+        );
+      }
       const draw = initialDraw(p.init, this.config.seed, p.name);
       for (let i = 0; i < data.length; i++) data[i] = draw();
       params.set(p.name, new Tensor(data, p.shape));

@@ -296,7 +296,18 @@ gpuTest(
       shape: [1, 8, 1, 4],
       dtype: "f32" as const,
     };
+    // mapped at creation and never unmapped: WebGPU refused the submit without naming it
+    const mapped = {
+      buffer: gpu.createBuffer({
+        size: 128,
+        usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC,
+        mappedAtCreation: true,
+      }),
+      shape: [1, 8, 1, 4],
+      dtype: "f32" as const,
+    };
     const cases: [unknown, RegExp][] = [
+      [{ ...device, k: mapped }, /^inputs\.k\.buffer must be unmapped: got mapState mapped$/],
       [
         { ...device, v: x.v },
         /^inputs\.v must be a GpuTensor like inputs\.q \(all arrays on the device or none\): got Float32Array$/,
@@ -336,6 +347,7 @@ gpuTest(
     } finally {
       small.buffer.destroy();
       noCopy.buffer.destroy();
+      mapped.buffer.destroy();
       release();
     }
   },
@@ -532,8 +544,8 @@ gpuTest(
   },
 );
 
-Deno.test("gpuPool() refuses a maxBytes that is not a non-negative integer, by name", () => {
-  for (const bad of [-1, 1.5, NaN, "1" as unknown as number]) {
+Deno.test("gpuPool() refuses a maxBytes that is not a non-negative integer, and unknown fields, by name", () => {
+  for (const bad of [-1, 1.5, NaN]) {
     assert.throws(
       () => gpuPool({ maxBytes: bad }),
       (e: Error) =>
@@ -541,4 +553,20 @@ Deno.test("gpuPool() refuses a maxBytes that is not a non-negative integer, by n
         /^options\.maxBytes must be a non-negative integer or null: got/.test(e.message),
     );
   }
+  assert.throws(
+    () => gpuPool({ maxBytes: "1" as unknown as number }),
+    (e: Error) =>
+      e instanceof TypeError &&
+      e.message === 'options.maxBytes must be a non-negative integer or null: got "1"',
+  );
+  // a misspelt field changed nothing and said nothing: the pool stayed on
+  const before = gpuPool();
+  assert.throws(
+    () => gpuPool({ maxbytes: 0 } as never),
+    (e: Error) =>
+      e instanceof TypeError &&
+      /^options\.maxbytes is not a known field: .*maxBytes/.test(e.message),
+  );
+  assert.equal(gpuPool().maxBytes, before.maxBytes);
+  assert.throws(() => gpuPool(null as never), TypeError);
 });

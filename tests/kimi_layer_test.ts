@@ -364,6 +364,29 @@ Deno.test("Kimi configs and fla arguments refuse what fla's layer would not buil
       /fla.mode must be "chunk" or "fused_recurrent"/,
     ],
     [() => fromFla(new Map(), { hidden_size: 8 }), /tensors must hold the layer's parameters/],
+    // the wrong type is a TypeError showing the value, not a RangeError that reads like a refusal
+    // of -1; a factor of V is named as fla names it, not as the valueDim it makes
+    [
+      () => new KdaModule({ form: "kimi", lowerBound: "-1" as never }),
+      /^TypeError: config.lowerBound must be null \(the softplus gate\) or a number: got "-1"$/,
+    ],
+    [
+      () => kimiConfigFromFla({ expand_v: true as never }),
+      /^TypeError: fla.expand_v must be a number: got true$/,
+    ],
+    [
+      () => kimiConfigFromFla({ expand_v: -1 }),
+      /^RangeError: fla.expand_v must be a finite number above 0: got -1$/,
+    ],
+    // an RMSNorm epsilon of 0 divides a zero row of o by 0: NaN everywhere
+    [
+      () => new KdaModule({ form: "kimi", normEps: 0 }),
+      /^RangeError: config.normEps must be a finite number above 0: got 0$/,
+    ],
+    [
+      () => new KdaModule({ dModel: 8, heads: 1, keyDim: 1e12, valueDim: 2, decayRank: 1 }),
+      /^RangeError: config gives parameter q_proj.weight the shape \[1000000000000, 8\] .*could not be allocated/,
+    ],
   ];
   for (const [f, message] of bad) assert.throws(f, message);
   const f = fixtures[0];

@@ -2,6 +2,8 @@
 // comes from a BufferSet (or createBuffer) and is counted until it is destroyed; a set destroys
 // what it still owns in one call, and hands a buffer over (to a saved handle) by `take`.
 
+import { checkKnownKeys, checkObject, shown } from "../../base/check.ts";
+
 let live = 0;
 let createdBytes = 0;
 
@@ -166,12 +168,16 @@ export interface GpuPoolStatus {
  * ```
  */
 export function gpuPool(options: { maxBytes?: number | null } = {}): GpuPoolStatus {
+  // a misspelt maxBytes must not leave the pool as it was without a word
+  checkKnownKeys("options", checkObject("options", options), ["maxBytes"]);
   const { maxBytes } = options;
   if (maxBytes !== undefined) {
-    if (
-      maxBytes !== null &&
-      (typeof maxBytes !== "number" || !Number.isSafeInteger(maxBytes) || maxBytes < 0)
-    ) {
+    if (maxBytes !== null && typeof maxBytes !== "number") {
+      throw new TypeError(
+        `options.maxBytes must be a non-negative integer or null: got ${shown(maxBytes)}`,
+      );
+    }
+    if (maxBytes !== null && (!Number.isSafeInteger(maxBytes) || maxBytes < 0)) {
       throw new RangeError(
         `options.maxBytes must be a non-negative integer or null: got ${maxBytes}`,
       );

@@ -89,7 +89,7 @@ export interface KimiConfig {
    * no arithmetic, requires `−5 ≤ lowerBound < 0` as fla does, and starts `A_log` at 0 as fla does.
    */
   safeGate: boolean;
-  /** Epsilon of the gated output RMSNorm (fla `norm_eps`). */
+  /** Epsilon of the gated output RMSNorm (fla `norm_eps`), above 0. */
   normEps: number;
   /**
    * The layout of the recurrent state in `forwardWithState` and `step`: `[B, HV, V, K]` (true,
@@ -248,7 +248,12 @@ function resolveKimi(config: KimiConfigInput): Readonly<KimiConfig> {
     checkBoolean(`config.${key}`, c[key]);
   }
   const lb = c.lowerBound;
-  if (lb !== null && !(typeof lb === "number" && lb < 0 && Number.isFinite(lb))) {
+  if (lb !== null && typeof lb !== "number") {
+    throw new TypeError(
+      `config.lowerBound must be null (the softplus gate) or a number: got ${shown(lb)}`,
+    );
+  }
+  if (lb !== null && !(lb < 0 && Number.isFinite(lb))) {
     throw new RangeError(
       `config.lowerBound must be null (the softplus gate) or a finite number below 0: got ${
         String(lb)
@@ -262,8 +267,12 @@ function resolveKimi(config: KimiConfigInput): Readonly<KimiConfig> {
       }`,
     );
   }
-  if (typeof c.normEps !== "number" || !(c.normEps >= 0) || !Number.isFinite(c.normEps)) {
-    throw new RangeError(`config.normEps must be a finite number >= 0: got ${shown(c.normEps)}`);
+  if (typeof c.normEps !== "number") {
+    throw new TypeError(`config.normEps must be a number: got ${shown(c.normEps)}`);
+  }
+  // 0 would divide a zero row of o (a padding token's, say) by 0: NaN in every output and gradient
+  if (!(c.normEps > 0) || !Number.isFinite(c.normEps)) {
+    throw new RangeError(`config.normEps must be a finite number above 0: got ${c.normEps}`);
   }
   return Object.freeze(c);
 }

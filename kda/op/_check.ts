@@ -18,7 +18,7 @@ import {
   MAX_HEAD_DIM,
 } from "../_types.ts";
 import { type ComputeDType, computeDtypeOf } from "../../base/dtype.ts";
-import { bufferView, DeviceTensor, type GpuTensor, isGpuTensor } from "../gpu/tensor.ts";
+import { DeviceTensor, type GpuTensor, isGpuTensor } from "../gpu/tensor.ts";
 import { bytesOf } from "../gpu/layout.ts";
 import { kernelSet } from "../gpu/kernel_set.ts";
 import "../gpu/kernels/mod.ts";
@@ -180,20 +180,24 @@ function checkGpuTensor(
       }`,
     );
   }
+  // read once: the buffer checked is the one computed on, whatever the tensor object does later
+  // (a getter that returns another buffer, a DeviceTensor released)
+  const buffer = value.buffer;
   const bytes = bytesOf(shape.reduce((a, b) => a * b, 1), "f32");
-  if (value.buffer.size < bytes) {
-    throw new RangeError(
-      `${name}.buffer must hold at least ${bytes} bytes: got ${value.buffer.size}`,
-    );
+  if (buffer.size < bytes) {
+    throw new RangeError(`${name}.buffer must hold at least ${bytes} bytes: got ${buffer.size}`);
   }
-  if ((value.buffer.usage & GPUBufferUsage.COPY_SRC) === 0) {
+  if ((buffer.usage & GPUBufferUsage.COPY_SRC) === 0) {
     throw new TypeError(
       `${name}.buffer must have COPY_SRC usage (the kernels may read a copy): got usage ` +
-        `${value.buffer.usage}`,
+        `${buffer.usage}`,
     );
   }
-  // the buffer checked is the one computed on, whatever the tensor object does later
-  return bufferView(value);
+  // a mapped buffer cannot be used by a submit: WebGPU's error would name no argument
+  if (buffer.mapState !== "unmapped") {
+    throw new RangeError(`${name}.buffer must be unmapped: got mapState ${buffer.mapState}`);
+  }
+  return { buffer, shape: [...shape], dtype: "f32" };
 }
 
 /**
