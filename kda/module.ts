@@ -548,11 +548,10 @@ export class KdaModule {
     const { tokens, ...rest } = checkObject("options", options) as typeof options;
     const T = tokens === undefined ? 1 : checkPositiveInt("options.tokens", tokens);
     const shape = T === 1 ? `B·${D} elements [B, D]` : `B·${T}·${D} elements [B, T, D]`;
-    if (
-      !(x instanceof Float64Array || x instanceof Float32Array) || x.length === 0 ||
-      x.length % (T * D) !== 0
-    ) {
-      throw new RangeError(
+    const typed = x instanceof Float64Array || x instanceof Float32Array;
+    if (!typed || x.length === 0 || x.length % (T * D) !== 0) {
+      // the wrong kind of array is a TypeError, the wrong length a RangeError
+      throw new (typed ? RangeError : TypeError)(
         `x must be a ${this.dtype === "f64" ? "Float64Array" : "Float32Array"} of ${shape}: got ${
           typeName(x)
         }${"length" in Object(x) ? ` of ${(x as F).length}` : ""}`,

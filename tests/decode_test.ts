@@ -441,6 +441,10 @@ Deno.test("KdaModule.step() with options.tokens decodes T tokens per call exactl
     /^RangeError: x must be a Float64Array of B·3·8 elements \[B, T, D\]: got Float64Array of 40$/,
   );
   await assert.rejects(
+    () => layer.step(Array.from(new Float64Array(8)) as never),
+    /^TypeError: x must be a Float64Array of B·8 elements \[B, D\]: got Array of 8$/,
+  );
+  await assert.rejects(
     () => layer.step(new Float64Array(8), undefined, { tokens: 0 }),
     /^RangeError: options\.tokens must be a positive integer/,
   );
