@@ -116,14 +116,22 @@ function editDistance(a: string, b: string): number {
   return row[b.length];
 }
 
-/** The known key nearest to `key` by edit distance, or where a nearer field of another goes. */
+/**
+ * The known key nearest to `key` by edit distance, or where a field of another argument goes when
+ * that field is nearer still and close to `key` (at most two edits, fewer than half its length):
+ * a one-letter field such as `T` is near every short key, and must not draw it to another argument.
+ */
 function nearest(
   key: string,
   known: readonly string[],
   elsewhere: Readonly<Record<string, string>>,
 ): string {
+  const close = Object.entries(elsewhere).filter(([field]) => {
+    const d = editDistance(key, field);
+    return d <= 2 && d < field.length / 2;
+  });
   // known keys first, so that a tie names one of this argument's own
-  const candidates = [...known.map((k) => [k, k]), ...Object.entries(elsewhere)];
+  const candidates = [...known.map((k) => [k, k]), ...close];
   return candidates.sort((a, b) => editDistance(key, a[0]) - editDistance(key, b[0]))[0]?.[1] ??
     "no field";
 }

@@ -159,8 +159,9 @@ export class KdaModule {
       } catch (error) {
         // a config of valid fields can still ask for more than the host can hold
         throw new RangeError(
-          `config gives parameter ${p.name} the shape [${p.shape.join(", ")}] (${n} elements ` +
-            `of ${this.dtype}), which could not be allocated: ${(error as Error).message}`,
+          `config must give parameters that fit in memory: ${p.name} has shape ` +
+            `[${p.shape.join(", ")}] (${n} elements of ${this.dtype}), and allocating it failed ` +
+            `(${(error as Error).message})`,
         );
       }
       const draw = initialDraw(p.init, this.config.seed, p.name);
@@ -548,7 +549,7 @@ export class KdaModule {
     const { tokens, ...rest } = checkObject("options", options) as typeof options;
     const T = tokens === undefined ? 1 : checkPositiveInt("options.tokens", tokens);
     const shape = T === 1 ? `B·${D} elements [B, D]` : `B·${T}·${D} elements [B, T, D]`;
-    const typed = x instanceof Float64Array || x instanceof Float32Array;
+    const typed = this.dtype === "f64" ? x instanceof Float64Array : x instanceof Float32Array;
     if (!typed || x.length === 0 || x.length % (T * D) !== 0) {
       // the wrong kind of array is a TypeError, the wrong length a RangeError
       throw new (typed ? RangeError : TypeError)(

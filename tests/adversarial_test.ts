@@ -371,6 +371,10 @@ Deno.test("a field of the inputs given as an option, or of the options given as 
     "inputs.aLog is this package's name for it",
   );
   await misplaced(kda(x, { scael: 1 } as never), "options.scael", "did you mean inputs.scale?");
+  await misplaced(kda(x, { dout: x.v } as never), "options.dout", "it belongs in cotangents.dout");
+  // a one-letter field of another argument (T, B, q) draws no key that is not close to it
+  await misplaced(kda(x, { x: 1 } as never), "options.x", "did you mean arm?");
+  await misplaced(kda(x, { dot: 1 } as never), "options.dot", "did you mean cotangents.dout?");
   await misplaced(
     kda({ ...x, outputFinalState: false } as never),
     "inputs.outputFinalState",
@@ -402,6 +406,11 @@ Deno.test("a field of the inputs given as an option, or of the options given as 
     kdaStep(t(4), { ...token, arm: "cpu" } as never, {}),
     "token.arm",
     "it belongs in options.arm",
+  );
+  await misplaced(
+    kdaStep(t(4), token, { h0: t(4) } as never),
+    "options.h0",
+    "it belongs in the state (kdaStep's first argument)",
   );
 });
 

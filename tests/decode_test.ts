@@ -445,6 +445,10 @@ Deno.test("KdaModule.step() with options.tokens decodes T tokens per call exactl
     /^TypeError: x must be a Float64Array of B·8 elements \[B, D\]: got Array of 8$/,
   );
   await assert.rejects(
+    () => layer.step(new Float32Array(8) as never),
+    /^TypeError: x must be a Float64Array of B·8 elements \[B, D\]: got Float32Array of 8$/,
+  );
+  await assert.rejects(
     () => layer.step(new Float64Array(8), undefined, { tokens: 0 }),
     /^RangeError: options\.tokens must be a positive integer/,
   );

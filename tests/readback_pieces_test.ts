@@ -137,3 +137,39 @@ gpuTest("DeviceTensor.read of several pieces returns its exact elements", async 
     empty.release();
   }
 });
+
+gpuTest(
+  "reads that fill a piece alone return the tensor's exact elements in arrays of their own, read after read",
+  async () => {
+    // such a read takes the mapped range itself where the runtime moves it out (Deno's is a copy
+    // of its own): each array must still hold the buffer's words, in a buffer of exactly them,
+    // independent of every other read's
+    const sizes = [5, P / 4, 17];
+    const tensors = await Promise.all(
+      sizes.map((n, k) => toGpu(new Float32Array(n).map((_, i) => k * 1e4 + i * 0.5), [n])),
+    );
+    try {
+      const got: Float32Array[] = [];
+      for (let rep = 0; rep < 3; rep++) {
+        for (const [k, t] of tensors.entries()) {
+          const back = await t.read();
+          assert.equal(back.length, sizes[k]);
+          assert.equal(back.byteOffset, 0);
+          assert.equal(
+            back.buffer.byteLength,
+            sizes[k] * 4,
+            `read ${rep}.${k}: a buffer of its own`,
+          );
+          const bad = back.findIndex((v, i) => v !== k * 1e4 + i * 0.5);
+          assert.equal(bad, -1, `read ${rep}.${k}: element ${bad} is ${back[bad]}`);
+          got.push(back);
+        }
+      }
+      got[0][0] = -1; // the caller owns each array
+      assert.equal((await tensors[0].read())[0], 0);
+      assert.equal(new Set(got.map((a) => a.buffer)).size, got.length, "no two share a buffer");
+    } finally {
+      for (const t of tensors) t.release();
+    }
+  },
+);

@@ -71,8 +71,8 @@ export async function gpuStatus(): Promise<GpuStatus> {
  * @param chunkSize The chunk size the forward and backward would use.
  * @param kernels The kernel set (default: the rule's choice).
  * @returns null when the problem runs, else a readable reason: no device or a lost one, a bad
- *   shape, K or V over 256, a scale or the gate's lowerBound not finite in f32, a set the device cannot run, or a
- *   buffer over the device's storage binding limit (saying what does fit).
+ *   shape, K or V over 256, a scale or the gate's lowerBound that f32 cannot hold, a set the device
+ *   cannot run, or a buffer over the device's storage binding limit (saying what does fit).
  *
  * @example
  * ```ts

@@ -193,29 +193,54 @@ export function stageReads(
       await Promise.all(pieces.map((p) => p.buffer.mapAsync(GPUMapMode.READ, 0, p.bytes)));
     },
     copyOut(into = []) {
-      const out = reads.map((r, i) => {
-        const n = r.bytes / Float32Array.BYTES_PER_ELEMENT;
-        if (i >= into.length) return new Float32Array(n);
-        if (into[i].length !== n) {
-          throw new Error(
-            `internal: read ${i} of ${n} floats was given an array of ${into[i].length}`,
-          );
+      into.forEach((a, i) => {
+        const n = reads[i].bytes / Float32Array.BYTES_PER_ELEMENT;
+        if (a.length !== n) {
+          throw new Error(`internal: read ${i} of ${n} floats was given an array of ${a.length}`);
         }
-        return into[i];
       });
+      const out: (Float32Array | undefined)[] = reads.map((_, i) => into[i]);
       for (const p of pieces) {
         const mapped = p.buffer.getMappedRange(0, p.bytes);
-        for (const { read, at, from, bytes } of p.parts) {
-          out[read].set(new Float32Array(mapped, at, bytes / 4), from / 4);
+        const [first] = p.parts;
+        // a read that fills a piece alone, with no array given for it, takes the range itself
+        const whole = p.parts.length === 1 && first.at === 0 && first.from === 0 &&
+          first.bytes === reads[first.read].bytes && out[first.read] === undefined;
+        const taken = whole ? ownedRange(mapped) : null;
+        if (taken !== null) {
+          out[first.read] = new Float32Array(taken);
+        } else {
+          for (const { read, at, from, bytes } of p.parts) {
+            out[read] ??= new Float32Array(reads[read].bytes / Float32Array.BYTES_PER_ELEMENT);
+            out[read].set(new Float32Array(mapped, at, bytes / 4), from / 4);
+          }
         }
         p.buffer.unmap();
       }
-      return out;
+      // a read of no bytes has no piece
+      return out.map((a) => a ?? new Float32Array(0));
     },
     unmapAll() {
       unmapStaging(pieces.map((p) => p.buffer));
     },
   };
+}
+
+/**
+ * The mapped range moved into an ArrayBuffer of the caller's, or null where the runtime will not
+ * move it (then it is copied). Deno 2.9.6's getMappedRange already copies the mapped bytes into a
+ * buffer of the JavaScript engine's own (so that no range points at mapped memory after an unmap
+ * or a destroy), which its unmap detaches; transfer() moves that copy out without a second one.
+ * The second copy, into a new array, took 5.5 of the 18.8 ms an 8 MiB read took on an H100's host
+ * (bench/read_cost.ts, bench/results/ANALYSIS.md, twenty-third pass).
+ */
+function ownedRange(range: ArrayBuffer): ArrayBuffer | null {
+  try {
+    const moved = range.transfer();
+    return range.byteLength === 0 ? moved : null;
+  } catch {
+    return null;
+  }
 }
 
 // Unmaps the buffers that are mapped or being mapped (a pending map is then rejected).

@@ -22,7 +22,21 @@ import { DeviceTensor, type GpuTensor, isGpuTensor } from "../gpu/tensor.ts";
 import { bytesOf } from "../gpu/layout.ts";
 import { kernelSet } from "../gpu/kernel_set.ts";
 import "../gpu/kernels/mod.ts";
-import { checkInKernel, IN_KERNEL_KEYS } from "./_options.ts";
+import { checkInKernel } from "./_options.ts";
+import {
+  ARRAY_KEYS,
+  COTANGENT_KEYS,
+  FLA_NAMES,
+  INPUT_KEYS,
+  INPUTS_ELSEWHERE,
+  OPTION_KEYS,
+  OPTIONS_ELSEWHERE,
+  STEP_OPTION_KEYS,
+  STEP_OPTIONS_ELSEWHERE,
+  TOKEN_ARRAYS,
+  TOKEN_ELSEWHERE,
+  TOKEN_KEYS,
+} from "./_fields.ts";
 import { copyArray } from "./_copies.ts";
 import { type CheckedArray, ValueChecks } from "./_value_checks.ts";
 import type { DeviceSnapshots } from "../gpu/snapshot.ts";
@@ -226,69 +240,6 @@ function checkArray(
   return checkedCopy(name, x, shape, kind, shapeText);
 }
 
-/** The array fields of a call's inputs, in the order their checks and messages take them. */
-export const ARRAY_KEYS = ["q", "k", "v", "g", "beta", "h0", "aLog", "dtBias"] as const;
-
-const INPUT_KEYS = [
-  "B",
-  "T",
-  "H",
-  "K",
-  "V",
-  "HV",
-  "cuSeqlens",
-  "q",
-  "k",
-  "v",
-  "g",
-  "beta",
-  "h0",
-  "aLog",
-  "dtBias",
-  "scale",
-] as const;
-
-/** The fields of `kda`/`kdaVjp`'s options. */
-const OPTION_KEYS = [
-  "arm",
-  "chunkSize",
-  "kernels",
-  "strict",
-  "quiet",
-  ...IN_KERNEL_KEYS,
-  "outputFinalState",
-];
-
-/** Where a field of the inputs goes, for a refused key of the options, and the other way round. */
-const IN_INPUTS = Object.freeze(Object.fromEntries(INPUT_KEYS.map((k) => [k, `inputs.${k}`])));
-const IN_OPTIONS = Object.freeze(Object.fromEntries(OPTION_KEYS.map((k) => [k, `options.${k}`])));
-
-/**
- * flash-linear-attention's names (the keyword arguments of `chunk_kda` and `fused_recurrent_kda`,
- * and `do` for the output cotangent) mapped to this package's field for the same thing, so that a
- * refused key points there. An entry whose field the checked object does not have (one of another
- * object, or an option this package lacks) is not named by checkKnownKeys, so the table may list
- * them all.
- */
-export const FLA_NAMES: Readonly<Record<string, string>> = Object.freeze({
-  initial_state: "h0",
-  cu_seqlens: "cuSeqlens",
-  cu_seqlens_cpu: "cuSeqlens",
-  output_final_state: "outputFinalState",
-  chunk_size: "chunkSize",
-  A_log: "aLog",
-  dt_bias: "dtBias",
-  use_qk_l2norm_in_kernel: "useQkL2NormInKernel",
-  use_gate_in_kernel: "useGateInKernel",
-  use_beta_sigmoid_in_kernel: "useBetaSigmoidInKernel",
-  allow_neg_eigval: "allowNegEigval",
-  lower_bound: "lowerBound",
-  safe_gate: "safeGate",
-  state_v_first: "stateVFirst",
-  return_intermediate_states: "returnIntermediateStates",
-  do: "dout",
-});
-
 /**
  * Checks the offsets of a packed batch (docs/kda.md 2.6): an Int32Array of N + 1 ≥ 2 offsets that
  * starts at 0, never decreases and ends at T, with B = 1. Equal neighbours are a zero-length
@@ -389,7 +340,7 @@ export function checkKdaInputs(
   } = {},
 ): CheckedInputs {
   const x = checkObject("inputs", inputs);
-  checkKnownKeys("inputs", x, INPUT_KEYS, FLA_NAMES, IN_OPTIONS);
+  checkKnownKeys("inputs", x, INPUT_KEYS, FLA_NAMES, INPUTS_ELSEWHERE);
   const device = onDevice(x, ARRAY_KEYS, "inputs");
   const B = checkPositiveInt("inputs.B", x.B);
   const T = checkPositiveInt("inputs.T", x.T);
@@ -490,7 +441,7 @@ export function checkKdaCotangents<A extends Float | GpuTensor>(
   },
 ): KdaCotangents<A> {
   const c = checkObject("cotangents", cotangents);
-  checkKnownKeys("cotangents", c, ["dout", "dht"], FLA_NAMES);
+  checkKnownKeys("cotangents", c, COTANGENT_KEYS, FLA_NAMES);
   const { problem, dtype, device } = checked;
   const { B, T, K, V } = problem;
   const HV = problem.HV ?? problem.H;
@@ -556,7 +507,7 @@ export function checkKernels(value: unknown): string | undefined {
  */
 export function checkKdaOptions(options: unknown): CheckedOptions {
   const o = checkObject("options", options);
-  checkKnownKeys("options", o, OPTION_KEYS, FLA_NAMES, IN_INPUTS);
+  checkKnownKeys("options", o, OPTION_KEYS, FLA_NAMES, OPTIONS_ELSEWHERE);
   const kernels = checkKernels(o.kernels);
   const { inKernel, allowNegEigval } = checkInKernel(o, true);
   return {
@@ -577,34 +528,6 @@ export function headDimProblem(K: number, V: number, arm: string): string | null
   if (K <= MAX_HEAD_DIM && V <= MAX_HEAD_DIM) return null;
   return `K = ${K} and V = ${V} must be at most ${MAX_HEAD_DIM} on the ${arm} arm`;
 }
-
-const TOKEN_KEYS = [
-  "B",
-  "T",
-  "H",
-  "K",
-  "V",
-  "HV",
-  "q",
-  "k",
-  "v",
-  "g",
-  "beta",
-  "aLog",
-  "dtBias",
-  "scale",
-] as const;
-
-const TOKEN_ARRAYS = ["q", "k", "v", "g", "beta", "aLog", "dtBias"] as const;
-
-/** The fields of `kdaStep`'s options. */
-const STEP_OPTION_KEYS = ["arm", "strict", "quiet", ...IN_KERNEL_KEYS];
-
-/** Where a field of a decode call's token goes, for a refused key of its options, and back. */
-const IN_TOKEN = Object.freeze(Object.fromEntries(TOKEN_KEYS.map((k) => [k, `token.${k}`])));
-const IN_STEP_OPTIONS = Object.freeze(
-  Object.fromEntries(STEP_OPTION_KEYS.map((k) => [k, `options.${k}`])),
-);
 
 /**
  * Validates one decode call (docs/kda.md 2.7) once, at the public boundary: `T` tokens per
@@ -633,7 +556,7 @@ export function checkKdaStep(
   how: { gateInKernel?: boolean } = {},
 ): CheckedInputs {
   const x = checkObject("token", token);
-  checkKnownKeys("token", x, TOKEN_KEYS, FLA_NAMES, IN_STEP_OPTIONS);
+  checkKnownKeys("token", x, TOKEN_KEYS, FLA_NAMES, TOKEN_ELSEWHERE);
   const device = onDevice(x, TOKEN_ARRAYS, "token");
   const B = checkPositiveInt("token.B", x.B);
   const T = x.T === undefined ? 1 : checkPositiveInt("token.T", x.T);
@@ -706,7 +629,7 @@ export function checkKdaStep(
  */
 export function checkStepOptions(options: unknown): Omit<CheckedOptions, "chunkSize"> {
   const o = checkObject("options", options);
-  checkKnownKeys("options", o, STEP_OPTION_KEYS, FLA_NAMES, IN_TOKEN);
+  checkKnownKeys("options", o, STEP_OPTION_KEYS, FLA_NAMES, STEP_OPTIONS_ELSEWHERE);
   const { chunkSize: _, ...rest } = checkKdaOptions(o);
   return rest;
 }

@@ -3,7 +3,8 @@
 
 import { typeName } from "../../base/check.ts";
 import type { KdaProblem } from "../_types.ts";
-import { ARRAY_KEYS, checkKdaInputs, checkKdaOptions } from "./_check.ts";
+import { checkKdaInputs, checkKdaOptions } from "./_check.ts";
+import { ARRAY_KEYS } from "./_fields.ts";
 import { checkInKernelArrays } from "./_options.ts";
 import { type DeviceTensor, toGpu } from "../gpu/tensor.ts";
 import type { KdaInputs, KdaOptions } from "./op.ts";

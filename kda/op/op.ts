@@ -22,8 +22,8 @@ import type {
   KdaProblem,
   PublicFloat,
 } from "../_types.ts";
+import { ARRAY_KEYS } from "./_fields.ts";
 import {
-  ARRAY_KEYS,
   type CallDims,
   type CheckedInputs,
   type CheckedOptions,

@@ -134,20 +134,16 @@ fn gateOf(z: f32, h: u32) -> f32 {
 
 // Below this log decay the decay underflows f32 to 0 (e^-104 < 2^-149).
 const DECAY_UNDERFLOW = -104.0;
-// Below this one the decay is under f32's unit roundoff (e^-16.64 = 2^-24): 1 + decay is 1.
-const DECAY_NEGLIGIBLE = -16.635532;
 
-// The gradient of z from that of the log decay, and the term of daLog. A log decay's true
-// gradient is its decay times a finite sum of the state's terms, but the chunked backward forms it
-// from pairwise terms that cancel only to rounding, and returns their residue. Where the decay
-// underflows f32, the forward applied a decay of exactly 0, and the gradient is taken as 0. The
-// daLog term multiplies the gradient by the log decay itself (1e30 for a raw gate of 1e30, or ∞ at
-// aLog = 88), so it is taken as 0 wherever the decay is negligible in f32: the true term is at most
-// |log decay| e^{log decay} times that sum, below f32's resolution of the sum there, and the
-// residue, times up to the log decay, is not (docs/kda.md 2.8). Above the threshold the residue
-// stays, times at most 16.6 in the softplus form's term. The term is a gradient times a value that
-// may have overflowed f32 (sharp z, or the log decay, past 3.4e38 for accepted inputs such as aLog = 88):
-// where the gradient is exactly 0 the term is 0, not 0 · ∞ = NaN.
+// The gradient of z from that of the log decay, and the term of daLog. Where the decay underflows
+// f32, the forward applied a decay of exactly 0, and the log decay's true gradient (the decay times
+// a finite sum of the state's terms) is 0 in f32 too; but the chunked backward forms it from
+// pairwise terms that cancel only to rounding and returns their residue, which the daLog term
+// would multiply by the log decay itself (1e30 for a raw gate of 1e30, or ∞ at aLog = 88). There
+// the gradient is taken as 0. Above the threshold the residue stays, times at most 104 in the
+// term (docs/kda.md 2.8). The term is a gradient times a value that may have overflowed f32 (sharp
+// z, or the log decay, past 3.4e38 for accepted inputs such as aLog = 88): where the gradient is
+// exactly 0 the term is 0, not 0 · ∞ = NaN.
 fn gateGrad(z: f32, h: u32, dyIn: f32) -> vec2f {
   let sharp = sharpness(h);
   let y = gateOf(z, h);
@@ -156,10 +152,10 @@ fn gateGrad(z: f32, h: u32, dyIn: f32) -> vec2f {
     // y = lb σ(u), u = sharp z
     let u = sharp * z;
     let du = dy * op.lowerBound * sigm(u) * sigm(-u);
-    return vec2f(du * sharp, select(du * u, 0.0, du == 0.0 || y < DECAY_NEGLIGIBLE));
+    return vec2f(du * sharp, select(du * u, 0.0, du == 0.0));
   }
   // y = −sharp softplus(z): dy/dz = −sharp σ(z), dy/daLog = y
-  return vec2f(-sharp * sigm(z) * dy, select(dy * y, 0.0, dy == 0.0 || y < DECAY_NEGLIGIBLE));
+  return vec2f(-sharp * sigm(z) * dy, select(dy * y, 0.0, dy == 0.0));
 }
 
 // a: raw g; b: aLog; c3: dtBias; out0: the log decay; out1: z (when saving)
