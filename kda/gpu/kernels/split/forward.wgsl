@@ -280,28 +280,37 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         // the chunk-start state, also saved transposed ([V, K]: the output and the backward read
         // it with lanes along K), four channels a store
         publishState(at, sl, st);
+        // ABLATE sstore {
         statesStoreTileT(sBlock + sS(), at.d.x, at.j, st);
+        // ABLATE sstore }
       }
       if (i == sl.nD) {
         let va = ua - w.a;
         let vb = ub - w.b;
         if (at.ra < ch.cv) {
           scanMem[at.ra * at.ng + at.cg] = va;
+          // ABLATE sstore {
           statesStoreCols(sBlock + sVn() + at.ra * p.V, at.j, va);
+          // ABLATE sstore }
         }
         if (at.rb < ch.cv) {
           scanMem[at.rb * at.ng + at.cg] = vb;
+          // ABLATE sstore {
           statesStoreCols(sBlock + sVn() + at.rb * p.V, at.j, vb);
+          // ABLATE sstore }
         }
       }
       // the slab two ahead in the stream, in flight through two barriers and slabs' products
       next = after;
+      // ABLATE sload {
       if (i + 2u < m) {
         after = forwardSlabLoad(sl, ch, i + 2u, lid);
       } else if (t + 1u < steps) {
         after = forwardSlabLoad(sl, later, i + 2u - m, lid);
       }
+      // ABLATE sload }
       workgroupBarrier();
+      // ABLATE sprod {
       if (i < sl.nD) {
         w = dSlabProduct(at, sl, slab, i, ch, w);
       } else {
@@ -310,6 +319,7 @@ fn stateScan(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) 
         }
         st = rSlabProduct(at, sl, slab, 0u, i - sl.nD, ch.cv, st);
       }
+      // ABLATE sprod }
       g++;
     }
   }

@@ -527,6 +527,7 @@ export const SPLIT: KernelSet = {
         axes: SCAN_AXES,
         scan: true,
         uses: ["h0", "chunks", "work4", "kd4", "u4", "states", "ht"],
+        sections: ["sload", "sprod", "sstore"],
       },
       {
         entry: "chunkOutput",
