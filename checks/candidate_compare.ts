@@ -1,9 +1,9 @@
 // `prove --candidate … --compare other`: two runs of a kernel on the same inputs, compared bit for
 // bit. A deterministic kernel gives identical results from identical inputs; the two files must
-// hold the same inputs and the same results (at least one), so that "bit-identical" never means
-// "nothing compared".
+// hold the same inputs and the same results (at least one), each stored alike (one dtype, one
+// shape), so that "bit-identical" never means "nothing compared" or "equal after a conversion".
 
-import type { SafetensorsFile } from "../io/mod.ts";
+import type { SafetensorsFile, SafetensorsTensor } from "../io/mod.ts";
 import { CANDIDATE_INPUTS, CANDIDATE_RESULTS } from "./candidate.ts";
 import { listNames } from "./_candidate_file.ts";
 
@@ -32,14 +32,21 @@ function differences(x: ArrayLike<number>, y: ArrayLike<number>) {
   return { differing, maxDiff, firstIndex };
 }
 
+/** `F32 [2, 3]`: how a tensor is stored. */
+const stored = (t: SafetensorsTensor) => `${t.dtype} [${t.shape.join(", ")}]`;
+
 /**
  * Compares two candidate files bit for bit: a deterministic kernel gives identical results from
- * identical inputs. The files must hold the same inputs (bit for bit) and the same results, at
- * least one, so that "identical" never means "nothing compared".
+ * identical inputs. The files must hold the same inputs (bit for bit, each in one dtype and shape
+ * in both) and the same results, at least one, each stored in one dtype and shape in both files,
+ * so that "identical" never means "nothing compared" nor "equal once widened or reshaped" (an F64
+ * result and an F32 one of equal values come from two different kernels or settings).
  *
  * @param a One file.
  * @param b The other.
  * @returns The results that differ (empty when the runs are bit-identical).
+ * @throws {RangeError} When the inputs differ or are stored apart, or a result is in one file only
+ *   or stored in another dtype or shape in the other.
  *
  * @example Usage
  * ```ts
@@ -60,19 +67,22 @@ export function compareCandidates(a: SafetensorsFile, b: SafetensorsFile): Candi
         ? []
         : [`${n} in the ${a.tensors.has(n) ? "first" : "second"} file only`]
     );
-  const lengthOf = (name: string, x: ArrayLike<number>, y: ArrayLike<number>) => {
-    if (x.length !== y.length) {
-      throw new RangeError(
-        `candidate tensor ${name} must have the same length in both files: got ${x.length} and ${y.length}`,
-      );
-    }
-  };
+  /** How `name` is stored apart in the two files, or undefined when alike. */
+  const storedApart = (name: string, x: SafetensorsTensor, y: SafetensorsTensor) =>
+    stored(x) === stored(y)
+      ? undefined
+      : `${name} stored as ${stored(x)} in the first file and ${stored(y)} in the second`;
   const inputsApart = only(CANDIDATE_INPUTS);
   for (const name of CANDIDATE_INPUTS) {
-    const x = a.tensors.get(name)?.data, y = b.tensors.get(name)?.data;
+    const x = a.tensors.get(name), y = b.tensors.get(name);
     if (x === undefined || y === undefined) continue;
-    lengthOf(name, x, y);
-    const d = differences(x, y);
+    // inputs of another dtype or shape are other inputs, even where their values convert equal
+    const apart = storedApart(name, x, y);
+    if (apart !== undefined) {
+      inputsApart.push(apart);
+      continue;
+    }
+    const d = differences(x.data, y.data);
     if (d.differing > 0) inputsApart.push(`${name} differing in ${d.differing} entries`);
   }
   if (inputsApart.length > 0) {
@@ -91,11 +101,19 @@ export function compareCandidates(a: SafetensorsFile, b: SafetensorsFile): Candi
       }`,
     );
   }
+  const storedOtherwise = common.flatMap((name) =>
+    storedApart(name, a.tensors.get(name)!, b.tensors.get(name)!) ?? []
+  );
+  if (storedOtherwise.length > 0) {
+    throw new RangeError(
+      `candidate files must store each result in one dtype and shape to be compared bit for bit: got ${
+        listNames(storedOtherwise)
+      }`,
+    );
+  }
   const diffs: CandidateDiff[] = [];
   for (const name of common) {
-    const x = a.tensors.get(name)!.data, y = b.tensors.get(name)!.data;
-    lengthOf(name, x, y);
-    const d = differences(x, y);
+    const d = differences(a.tensors.get(name)!.data, b.tensors.get(name)!.data);
     if (d.differing > 0) diffs.push({ name, ...d });
   }
   return diffs;

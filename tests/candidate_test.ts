@@ -354,6 +354,37 @@ Deno.test("two candidate files are not called bit-identical when they share no r
   assert.throws(() => compareCandidates(roundTrip(a), roundTrip(a)), /at least one/);
 });
 
+Deno.test("two candidate files are not called bit-identical when a tensor is stored in another dtype or shape", async () => {
+  const a = await makeCandidate({ ...SMALL, results: ["o", "dq"] });
+  const { B, T, HV, V } = SMALL;
+  const alike = (change: (m: Map<string, SafetensorsInput>) => void) => {
+    const b = new Map(a);
+    change(b);
+    return () => compareCandidates(roundTrip(a), roundTrip(b));
+  };
+  const refused = (re: RegExp) => (e: Error) => e instanceof RangeError && re.test(e.message);
+  // F32 values are exact in F64: equal after widening, yet another kernel's result
+  assert.throws(
+    alike((b) => b.set("o", { ...a.get("o")!, dtype: "F64" })),
+    refused(
+      /^candidate files must store each result in one dtype and shape .*: got o stored as F32 \[2, 23, 2, 3\] in the first file and F64 \[2, 23, 2, 3\] in the second$/,
+    ),
+  );
+  assert.throws(
+    alike((b) => b.set("o", { ...a.get("o")!, shape: [B, T, HV * V] })),
+    refused(
+      /: got o stored as F32 \[2, 23, 2, 3\] in the first file and F32 \[2, 23, 6\] in the second$/,
+    ),
+  );
+  assert.throws(
+    alike((b) => b.set("q", { ...a.get("q")!, dtype: "F64" })),
+    refused(
+      /^candidate files must hold the same inputs .*: got q stored as F32 \[2, 23, 2, 4\] in the first file and F64 \[2, 23, 2, 4\] in the second$/,
+    ),
+  );
+  assert.deepEqual(alike(() => {})(), []);
+});
+
 // ---- prove --candidate on the command line ----
 
 Deno.test("prove --candidate says where the precision came from, and exits 2 on a file that checks nothing", async () => {
