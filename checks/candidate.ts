@@ -351,8 +351,11 @@ function readProblem(file: SafetensorsFile, grads: boolean): Problem {
 /** Heads, width and layout of a result. */
 function resultLayout(name: string, p: Problem) {
   const state = name === "ht" || name === "dh0";
-  const heads = name === "dq" || name === "dk" ? p.H : p.HV;
-  const width = name === "o" || name === "dv" ? p.V : name === "dbeta" ? 1 : p.K;
+  // labelled by the result's name, not by its sizes: where K = V or HV = H they cannot tell apart
+  const queryHeads = name === "dq" || name === "dk";
+  const valueWide = name === "o" || name === "dv";
+  const heads = queryHeads ? p.H : p.HV;
+  const width = valueWide ? p.V : name === "dbeta" ? 1 : p.K;
   const shape = state
     ? [p.N, p.HV, p.K, p.V]
     : name === "dbeta"
@@ -362,7 +365,7 @@ function resultLayout(name: string, p: Problem) {
     ? "[N, HV, K, V]"
     : name === "dbeta"
     ? "[B, T, HV]"
-    : `[B, T, ${heads === p.H ? "H" : "HV"}, ${width === p.V ? "V" : "K"}]`;
+    : `[B, T, ${queryHeads ? "H" : "HV"}, ${valueWide ? "V" : "K"}]`;
   return { state, heads, width, shape, layout };
 }
 

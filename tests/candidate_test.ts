@@ -385,6 +385,32 @@ Deno.test("two candidate files are not called bit-identical when a tensor is sto
   assert.deepEqual(alike(() => {})(), []);
 });
 
+Deno.test("a result of the wrong shape is refused with its own layout's labels, also where K = V and HV = H", async () => {
+  const file = await makeCandidate({ ...SMALL, V: SMALL.K });
+  const { B, T, H, K } = SMALL;
+  // each result's layout, by its name: the sizes cannot tell K from V nor H from HV here
+  for (
+    const [name, layout] of [
+      ["o", "[B, T, HV, V]"],
+      ["dq", "[B, T, H, K]"],
+      ["dk", "[B, T, H, K]"],
+      ["dv", "[B, T, HV, V]"],
+      ["dg", "[B, T, HV, K]"],
+    ]
+  ) {
+    const wrong = new Map(file);
+    wrong.set(name, { data: new Float32Array(B * T * H * (K - 1)), shape: [B, T, H, K - 1] });
+    await assert.rejects(
+      () => checkCandidate(roundTrip(wrong)),
+      (e: Error) =>
+        e instanceof RangeError &&
+        e.message ===
+          `candidate tensor ${name} must have shape ${layout} = [2, 23, 2, 4]: got [2, 23, 2, 3]`,
+      name,
+    );
+  }
+});
+
 // ---- prove --candidate on the command line ----
 
 Deno.test("prove --candidate says where the precision came from, and exits 2 on a file that checks nothing", async () => {
