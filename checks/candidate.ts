@@ -336,6 +336,18 @@ function readProblem(file: SafetensorsFile, grads: boolean): Problem {
       );
     }
   }
+  // Checked here, not left to the op: the op's refusal names inputs.beta, counts from the start of
+  // one sequence and suggests an option of its own, none of which a candidate file has.
+  const beta = p.inputs.beta;
+  for (let i = 0; i < beta.length; i++) {
+    if (!(beta[i] >= 0 && beta[i] <= 2)) {
+      throw new RangeError(
+        `candidate tensor beta must be in [0, 2] everywhere (write strengths after their activation, as fla's chunk_kda takes beta: 2·sigmoid with allow_neg_eigval reaches 2): got ${
+          beta[i]
+        } at index ${i}`,
+      );
+    }
+  }
   if (grads) {
     if (!file.tensors.has("dout")) {
       throw new RangeError(
@@ -409,7 +421,7 @@ async function reference(
       scale: K ** -0.5,
     };
     // a candidate's beta is after its activation: [0, 2] is the range fla's kernels take
-    // (2·sigmoid with allow_neg_eigval); outside it the op refuses the file's beta by name
+    // (2·sigmoid with allow_neg_eigval), and readProblem has refused a file's beta outside it
     const options = { arm, chunkSize, strict: true, quiet: true, allowNegEigval: true };
     const f = await kda(inputs, options);
     o.set(f.o, s * HV * V);

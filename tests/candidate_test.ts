@@ -411,6 +411,24 @@ Deno.test("a result of the wrong shape is refused with its own layout's labels, 
   }
 });
 
+Deno.test("a candidate's beta outside [0, 2] is refused by the candidate tensor's name, with no option a file cannot set", async () => {
+  for (const [index, value] of [[0, 3], [5, -0.25]]) {
+    const file = await makeCandidate(SMALL);
+    (file.get("beta")!.data as Float64Array)[index] = value;
+    await assert.rejects(
+      () => checkCandidate(roundTrip(file)),
+      (e: Error) =>
+        e instanceof RangeError &&
+        /^candidate tensor beta must be in \[0, 2\] everywhere \(.*\): got [-\d.]+ at index \d+$/
+          .test(
+            e.message,
+          ) &&
+        e.message.endsWith(`got ${value} at index ${index}`) &&
+        !/options\./.test(e.message),
+    );
+  }
+});
+
 // ---- prove --candidate on the command line ----
 
 Deno.test("prove --candidate says where the precision came from, and exits 2 on a file that checks nothing", async () => {
