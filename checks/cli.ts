@@ -19,7 +19,6 @@
  */
 
 import { parseArgs } from "node:util";
-import { resolve } from "node:path";
 import { computeDtypeOf } from "../base/dtype.ts";
 import type { Arm, Float } from "../kda/_types.ts";
 import { type KdaConfig, type KimiConfigInput, resolveConfig } from "../kda/layer/config.ts";
@@ -32,6 +31,19 @@ import { MUTANTS } from "./mutants.ts";
 import { readSafetensors } from "../io/mod.ts";
 import { checkCandidate, type Precision } from "./candidate.ts";
 import { compareCandidates } from "./candidate_compare.ts";
+import {
+  checkFilesApart,
+  checkModeFlags,
+  checkOnce,
+  checkStdinOnce,
+  checkWritable,
+  decimal,
+  MAX_REPEAT,
+  OPTIONS,
+  parseError,
+  parseShape,
+  UsageError,
+} from "./_cli_flags.ts";
 import { checkLayerCandidate, isLayerCandidate } from "./candidate_layer.ts";
 import { heatmapSvg } from "./heatmap.ts";
 
@@ -48,11 +60,13 @@ Flags:
                       and the exact directional checks carry the proof
   --config FILE       a JSON object of KdaConfig fields to override, or of a Kimi Linear layer
                       ({"form": "kimi", ...}: fla's KimiDeltaAttention, docs/kda.md 2.9)
-  --repeat N          N reruns in this process plus one in a second process, compared bit for bit
+  --repeat N          N reruns (1 to 1000) in this process plus one in a second process, compared
+                      bit for bit
   --mutants           also plant each of the 9 defects and check that the proof catches each one
-                      with its expected diagnosis (prints the kill table)
+                      with its expected diagnosis (prints the kill table); cpu and gpu arms only:
+                      the defects are planted in the fused arms, which the ops arm does not use
   --json FILE         write every figure (steps, floors, probes, directional and op checks,
-                      counters, timings, adapter) to FILE
+                      counters, timings, adapter) to FILE, which must not be an input's file
   --format text|markdown   how the tables print (default text)
   --wide              every column of the per-group table, each probe with its index and floor
                       (default: a compact table that fits 100 characters)
@@ -64,7 +78,8 @@ Someone else's kernel (instead of the proof; a flag of one mode is refused in th
                       any results (o, ht, dq, dk, dv, dg, dbeta, dh0) of a KDA kernel, checked
                       against the exact f64 reference on the same values; or a layer (x, dy, the
                       parameters, y and grad/<name> for every group; grad/x, the input's gradient,
-                      is checked where present); - reads standard input
+                      is checked where present); - reads standard input (as one of --candidate,
+                      --compare and --map may)
   --precision bf16|f16|f32  the precision the candidate claims, which sets the bars (default:
                       read from the inputs' dtypes: BF16 -> bf16, F16 -> f16, F32 and F64 -> f32)
   --chunk-size N      the candidate's chunk size, to place errors in chunks (default 64)
@@ -72,94 +87,15 @@ Someone else's kernel (instead of the proof; a flag of one mode is refused in th
   --map FILE          a JSON object mapping the candidate's parameter names to this package's
   --compare FILE      a second candidate file from the same inputs: where the two differ
 
-Exit codes: 0 the proof holds (and every mutant is killed); 1 a check failed or a mutant
-survived; 2 a usage or environment error (a bad flag, a required arm that cannot run).
+Each flag may be given once. Exit codes: 0 the proof holds (and every mutant is killed); 1 a check
+failed or a mutant survived; 2 a usage or environment error (a bad flag, a flag given twice, an
+output on an input's file, a required arm that cannot run).
 
 Tolerances: central differences 1e-6 (f64), 0.5 in f32 (that column shows what f32 can resolve:
 at the f32 step truncation and rounding cost a few percent, so it catches only gross errors); floor 32·eps·|L|/h, step h* = (3·eps·|L|/|g|max)^(1/3)
 clamped to 0.1 of the group's RMS; reference agreement 1e-10 (f64 arms) or 1e-4 (f32 gpu arm);
 forward 1e-12 or 1e-5; directional check 1e-10 or 1e-4 of Σ|∇L⊙u|; the op alone: outputs 1e-12
 or 2e-6, gradients 1e-10 or 2e-5, ⟨Ju,v⟩ vs ⟨u,Jᵀv⟩ 1e-12 or 2e-5.`;
-
-class UsageError extends Error {}
-
-/** A flag's number written in decimal digits, else NaN (Number() would take "0x1", "1e1", " 8"). */
-function decimal(text: string): number {
-  return /^\d+$/.test(text) ? Number(text) : NaN;
-}
-
-function parseShape(text: string | undefined): [number, number] | undefined {
-  if (text === undefined) return undefined;
-  const parts = text.split(",").map(decimal);
-  if (parts.length !== 2 || !parts.every((n) => Number.isSafeInteger(n) && n > 0)) {
-    throw new UsageError(`--shape must be two positive integers B,T, in decimal: got ${text}`);
-  }
-  // with one token the gates scale only the initial state, which is zero: their groups' gradients
-  // are exactly zero for any layer, and nothing can prove them
-  if (parts[1] < 2) {
-    throw new UsageError(
-      `--shape T must be at least 2 (with one token the decay groups get no gradient to prove): got ${text}`,
-    );
-  }
-  return [parts[0], parts[1]];
-}
-
-/** The flags of each mode: a flag of the other mode is refused, not ignored. */
-const PROOF_ONLY = [
-  "arm",
-  "kernels",
-  "conv",
-  "shape",
-  "config",
-  "repeat",
-  "mutants",
-  "wide",
-] as const;
-const CANDIDATE_ONLY = ["precision", "chunk-size", "svg", "map", "compare"] as const;
-
-function checkModeFlags(values: Record<string, unknown>): void {
-  const given = (name: string) => values[name] !== undefined && values[name] !== false;
-  const candidate = values.candidate !== undefined;
-  const stray = (candidate ? PROOF_ONLY : CANDIDATE_ONLY).filter(given);
-  if (stray.length > 0) {
-    throw new UsageError(
-      candidate
-        ? `--${stray[0]} belongs to the proof and has no effect with --candidate: got both`
-        : `--${stray[0]} belongs to --candidate and has no effect on the proof: got no --candidate`,
-    );
-  }
-}
-
-/** Throws unless the directory a result is to be written into exists, before any work is done. */
-function checkWritable(path: string | undefined, flag: string): void {
-  if (path === undefined) return;
-  // refused before the run, not after its minutes: an empty path, a directory, a trailing slash
-  let existing: Deno.FileInfo | undefined;
-  try {
-    existing = Deno.statSync(path);
-  } catch {
-    existing = undefined;
-  }
-  if (path === "" || path.endsWith("/") || existing?.isDirectory) {
-    const what = path === ""
-      ? "an empty path"
-      : existing?.isDirectory
-      ? `${path}, a directory`
-      : `${path}, which ends with /`;
-    throw new UsageError(`${flag} must name a file in an existing directory: got ${what}`);
-  }
-  const slash = path.lastIndexOf("/");
-  const dir = slash < 0 ? "." : slash === 0 ? "/" : path.slice(0, slash);
-  let isDirectory = false;
-  try {
-    isDirectory = Deno.statSync(dir).isDirectory;
-  } catch {
-    isDirectory = false;
-  }
-  if (!isDirectory) {
-    throw new UsageError(`${flag} must name a file in an existing directory: got ${path}`);
-  }
-}
 
 /**
  * A run that needs more memory than the host gives fails in V8's allocator ("Array buffer
@@ -275,35 +211,13 @@ function parseKernels(value: string | undefined, arm: Arm): string | undefined {
 }
 
 async function main(args: string[]): Promise<number> {
-  let values;
+  let values, flags;
   try {
-    ({ values } = parseArgs({
-      args,
-      options: {
-        arm: { type: "string" },
-        kernels: { type: "string" },
-        conv: { type: "boolean", default: false },
-        shape: { type: "string" },
-        config: { type: "string" },
-        repeat: { type: "string" },
-        mutants: { type: "boolean", default: false },
-        json: { type: "string" },
-        format: { type: "string", default: "text" },
-        wide: { type: "boolean", default: false },
-        help: { type: "boolean", default: false },
-        child: { type: "boolean", default: false },
-        candidate: { type: "string" },
-        precision: { type: "string" },
-        "chunk-size": { type: "string" },
-        svg: { type: "string" },
-        map: { type: "string" },
-        compare: { type: "string" },
-      },
-      strict: true,
-    }));
+    ({ values, tokens: flags } = parseArgs({ args, options: OPTIONS, strict: true, tokens: true }));
   } catch (error) {
-    throw new UsageError(`${(error as Error).message} (see --help)`);
+    throw parseError(error as Error, args);
   }
+  checkOnce(flags);
   if (values.help) {
     console.log(HELP);
     return 0;
@@ -311,22 +225,20 @@ async function main(args: string[]): Promise<number> {
   checkModeFlags(values);
   checkWritable(values.json, "--json");
   checkWritable(values.svg, "--svg");
-  if (
-    values.json !== undefined && values.svg !== undefined &&
-    resolve(values.json) === resolve(values.svg)
-  ) {
-    const both = values.json === values.svg
-      ? `${values.json} for both`
-      : `${values.json} and ${values.svg}, one file`;
-    throw new UsageError(`--json and --svg must name two files: got ${both}`);
-  }
+  checkFilesApart(values);
+  checkStdinOnce(values);
+
   if (values.format !== "text" && values.format !== "markdown") {
     throw new UsageError(`--format must be text or markdown: got ${values.format}`);
   }
   const format = values.format;
   const repeat = values.repeat === undefined ? undefined : decimal(values.repeat);
-  if (repeat !== undefined && !(Number.isInteger(repeat) && repeat >= 1)) {
-    throw new UsageError(`--repeat must be a positive integer: got ${values.repeat}`);
+  if (
+    repeat !== undefined && !(Number.isSafeInteger(repeat) && repeat >= 1 && repeat <= MAX_REPEAT)
+  ) {
+    throw new UsageError(
+      `--repeat must be an integer from 1 to ${MAX_REPEAT}, in decimal: got ${values.repeat}`,
+    );
   }
   if (values.arm !== undefined && !["ops", "cpu", "gpu"].includes(values.arm)) {
     throw new UsageError(`--arm must be ops, cpu or gpu: got ${values.arm}`);
@@ -334,6 +246,15 @@ async function main(args: string[]): Promise<number> {
   const required = requiredArm();
   if (required !== undefined && values.arm !== undefined && values.arm !== required) {
     throw new UsageError(`--arm ${values.arm} conflicts with KDA_REQUIRE_ARM=${required}`);
+  }
+  if (values.mutants && (values.arm ?? required) === "ops") {
+    // The mutants are planted in the seam's fused arms (checks/mutants.ts); the ops arm is the
+    // composite one, so the first mutant failed only after the whole proof had run.
+    throw new UsageError(
+      `--mutants plants its defects in the fused arms' seam (cpu or gpu), and the ops arm has none: got ${
+        values.arm !== undefined ? "--arm ops" : "KDA_REQUIRE_ARM=ops"
+      }`,
+    );
   }
   if (values.candidate !== undefined) {
     return await candidateMain(values.candidate, {

@@ -464,7 +464,10 @@ Deno.test("deno task prove --help lists the flags and exit codes, and a bad flag
       /^prove: --shape must be two positive integers B,T, in decimal: got 0x1,1e1$/m,
     ],
     [["--shape", "2,1"], /^prove: --shape T must be at least 2 .*: got 2,1$/m],
-    [["--repeat", " 3"], /^prove: --repeat must be a positive integer: got {2}3$/m],
+    [
+      ["--repeat", " 3"],
+      /^prove: --repeat must be an integer from 1 to 1000, in decimal: got {2}3$/m,
+    ],
     [
       ["--candidate", "f.safetensors", "--mutants"],
       /^prove: --mutants belongs to the proof and has no effect with --candidate/m,
