@@ -218,15 +218,22 @@ export function checkFilesApart(values: Record<string, string | boolean | undefi
     });
   const outputs = named(["json", "svg"]);
   const inputs = named(["candidate", "compare", "map", "config"]);
+  const [candidate, compare] = [named(["candidate"]), named(["compare"])];
   const pairs = [
-    ...outputs.slice(1).map((b) => [outputs[0], b, false] as const),
-    ...outputs.flatMap((a) => inputs.map((b) => [a, b, true] as const)),
+    ...outputs.slice(1).map((b) => [outputs[0], b, "output"] as const),
+    ...outputs.flatMap((a) => inputs.map((b) => [a, b, "input"] as const)),
+    // a file compared with itself is bit-identical whatever the kernel did
+    ...candidate.flatMap((a) => compare.map((b) => [a, b, "self"] as const)),
   ];
-  for (const [[fa, a], [fb, b], input] of pairs) {
+  for (const [[fa, a], [fb, b], kind] of pairs) {
     const ia = fileIdentity(a), ib = fileIdentity(b);
     if (resolve(a) !== resolve(b) && (ia === undefined || ia !== ib)) continue;
     const both = a === b ? `${a} for both` : `${a} and ${b}, one file`;
-    const why = input ? ` (--${fa} would overwrite its input)` : "";
+    const why = kind === "input"
+      ? ` (--${fa} would overwrite its input)`
+      : kind === "self"
+      ? " (a file compared with itself agrees whatever the kernel did)"
+      : "";
     throw new UsageError(`--${fa} and --${fb} must name two files${why}: got ${both}`);
   }
 }

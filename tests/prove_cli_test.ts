@@ -49,8 +49,13 @@ Deno.test("prove --mutants on the ops arm is refused before the proof runs, by -
   );
 });
 
-Deno.test("prove --json or --svg on the file of --candidate, --compare, --map or --config is refused, naming both flags", async () => {
+Deno.test("prove --json or --svg on the file of --candidate, --compare, --map or --config, or --compare on the candidate itself, is refused, naming both flags", async () => {
   const cases: [string[], RegExp][] = [
+    // a file compared with itself would be called bit-identical whatever the kernel did
+    [
+      ["--candidate", OP_FILE, "--compare", `./${OP_FILE}`],
+      /^prove: --candidate and --compare must name two files \(a file compared with itself agrees whatever the kernel did\): got tests\/fixtures\/fla_chunk_kda_bf16\.safetensors and \.\/tests\/fixtures\/fla_chunk_kda_bf16\.safetensors, one file$/,
+    ],
     [
       ["--candidate", OP_FILE, "--json", OP_FILE],
       /^prove: --json and --candidate must name two files \(--json would overwrite its input\): got tests\/fixtures\/fla_chunk_kda_bf16\.safetensors for both$/,
