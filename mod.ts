@@ -122,4 +122,4 @@ export {
 export { toGpuInputs } from "./kda/op/device_inputs.ts";
 export type { SeamCounts, SeamDecision } from "./seam/seam.ts";
 // the tape a layer can record on (KdaModule.forwardOnTape); the tape itself is at "@deltanet/kda/tape"
-export type { Data, Tape, Tensor } from "./tape/mod.ts";
+export type { Data, Gradients, MaybePromise, Tape, TapeNode, Tensor } from "./tape/mod.ts";

@@ -45,3 +45,13 @@ export {
   type ProveGradientsReport,
   type ProveGradientsRow,
 } from "./gradients.ts";
+// the tape's tensor and the types it names, which a GradientSubject's loss returns
+export type {
+  ComputeDType,
+  Data,
+  Gradients,
+  MaybePromise,
+  Tape,
+  TapeNode,
+  Tensor,
+} from "../tape/mod.ts";

@@ -22,6 +22,17 @@ import { checkKnownKeys, checkObject, shown, typeName } from "../base/check.ts";
 
 import type { Tensor } from "../tape/mod.ts";
 
+// the tape's tensor and the types it names, which an optimizer's parameters are
+export type {
+  ComputeDType,
+  Data,
+  Gradients,
+  MaybePromise,
+  Tape,
+  TapeNode,
+  Tensor,
+} from "../tape/mod.ts";
+
 /** A gradient array: one per parameter, of the parameter's length. */
 export type GradArray = Float64Array | Float32Array;
 
