@@ -6,7 +6,8 @@
 // small enough for the allocator to reuse its memory, the allocation freed by one piece's unmap is
 // reused by the next piece. On the H200's host a 1 GiB readback took 1.86 s in one piece and 0.93 s
 // in pieces of 8 MiB (bench/results/ANALYSIS.md, thirteenth pass). Every piece is mapped at once,
-// so the pieces pay one of Deno's map waits, not one each.
+// so the pieces pay one of Deno's map waits, not one each. A read that fills a piece alone keeps
+// that allocation as its result instead of copying it again (ownedRange, below).
 
 import { createBuffer, destroyBuffer } from "./buffers.ts";
 
