@@ -213,8 +213,10 @@ export function checkFilesApart(values: Record<string, string | boolean | undefi
   const named = (flags: readonly string[]) =>
     flags.flatMap((flag) => {
       const path = values[flag];
-      // "-" is standard input for the candidate's files, no file to overwrite
-      return typeof path === "string" && !(path === "-" && flag !== "config") ? [[flag, path]] : [];
+      // "-" is standard input for the candidate's files, no file to overwrite; for --json, --svg
+      // and --config it is a file named "-"
+      const stdin = path === "-" && ["candidate", "compare", "map"].includes(flag);
+      return typeof path === "string" && !stdin ? [[flag, path]] : [];
     });
   const outputs = named(["json", "svg"]);
   const inputs = named(["candidate", "compare", "map", "config"]);

@@ -51,6 +51,11 @@ Deno.test("prove --mutants on the ops arm is refused before the proof runs, by -
 
 Deno.test("prove --json or --svg on the file of --candidate, --compare, --map or --config, or --compare on the candidate itself, is refused, naming both flags", async () => {
   const cases: [string[], RegExp][] = [
+    // "-" is a file for --json and --svg (standard input only for the candidate's files)
+    [
+      ["--candidate", OP_FILE, "--json", "-", "--svg", "-"],
+      /^prove: --json and --svg must name two files: got - for both$/,
+    ],
     // a file compared with itself would be called bit-identical whatever the kernel did
     [
       ["--candidate", OP_FILE, "--compare", `./${OP_FILE}`],
