@@ -183,3 +183,17 @@ export function f32AndF64(shape: KdaShape, seed: number): {
   const x64 = toF64(x32);
   return { x32, x64, ...sameBytesCotangents(randomCotangents(x64, seed + 1, true)) };
 }
+
+/** Runs fn with the environment variables set, then restores them. */
+export async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
+  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, Deno.env.get(k)]));
+  for (const [k, v] of Object.entries(vars)) Deno.env.set(k, v);
+  try {
+    return await fn();
+  } finally {
+    for (const [k, v] of Object.entries(before)) {
+      if (v === undefined) Deno.env.delete(k);
+      else Deno.env.set(k, v);
+    }
+  }
+}

@@ -24,6 +24,7 @@ import { gpuCreatedBytes, gpuLiveBuffers } from "../kda/gpu/buffers.ts";
 import { gpuBackward, gpuForward } from "../kda/gpu/mod.ts";
 import type { KdaDims, KdaProblem } from "../kda/_types.ts";
 import { bitsEqual, randomKda } from "./_fixtures.ts";
+import { withEnv } from "./_fixtures.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 
 reportMissingGpu("device_tensor_test.ts");
@@ -234,20 +235,6 @@ gpuTest(
     }
   },
 );
-
-/** Runs fn with the environment variables set, then restores them. */
-async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
-  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, Deno.env.get(k)]));
-  for (const [k, v] of Object.entries(vars)) Deno.env.set(k, v);
-  try {
-    return await fn();
-  } finally {
-    for (const [k, v] of Object.entries(before)) {
-      if (v === undefined) Deno.env.delete(k);
-      else Deno.env.set(k, v);
-    }
-  }
-}
 
 gpuTest(
   "on GpuTensors an arm the call names beats KDA_ARM and KDA_REQUIRE_ARM, as on typed arrays",

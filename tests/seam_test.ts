@@ -11,21 +11,9 @@ import { runKda, withKdaSeam } from "../kda/op/arms.ts";
 import { gpuLiveBuffers } from "../kda/gpu/mod.ts";
 import { gpuTest, reportMissingGpu } from "./_gpu.ts";
 import { randomKda } from "./_fixtures.ts";
+import { withEnv } from "./_fixtures.ts";
 
 const shape = { B: 2, T: 21, H: 2, K: 6, V: 5 };
-
-async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
-  const before = Object.fromEntries(Object.keys(vars).map((k) => [k, Deno.env.get(k)]));
-  for (const [k, v] of Object.entries(vars)) Deno.env.set(k, v);
-  try {
-    return await fn();
-  } finally {
-    for (const [k, v] of Object.entries(before)) {
-      if (v === undefined) Deno.env.delete(k);
-      else Deno.env.set(k, v);
-    }
-  }
-}
 
 function dout(n: number): Float64Array {
   return Float64Array.from({ length: n }, (_, i) => Math.sin(0.7 * i));
